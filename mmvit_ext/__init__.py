@@ -1,0 +1,16 @@
+"""mmvit_ext: ViT-family backbones registered into the OpenMMLab registry tree.
+
+Importing the package registers every backbone in the ``mmvit_ext`` scope and allowlists the
+plain-data classes that mmengine writes into its training checkpoints, so that ``--resume`` and
+``load_from`` work under torch's ``weights_only`` loading without ever disabling it.
+"""
+from .utils.safe_checkpoint import allow_mmengine_checkpoints
+from .version import __version__
+
+allow_mmengine_checkpoints()
+
+from . import backbones, converters, layers  # noqa: E402,F401
+from .registry import MODELS  # noqa: E402
+
+__all__ = ['__version__', 'MODELS', 'backbones', 'converters', 'layers',
+           'allow_mmengine_checkpoints']

@@ -1,0 +1,178 @@
+"""The backbone contract shared by every family.
+
+Every backbone resolves an ``arch`` from its ``arch_zoo`` (names and aliases, or a validated
+custom dict), validates ``out_indices`` / ``frozen_stages``, honours ``norm_eval`` and ``with_cp``,
+loads official checkpoints through ``init_cfg=dict(type='Pretrained', checkpoint=...)``, and
+publishes its output contract as data: ``out_channels`` and ``strides`` per output.
+"""
+import math
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.checkpoint as cp
+from mmengine.model import BaseModule
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..converters import load_pretrained
+from ..converters.layouts import StateDict
+from ..layers import resize_rel_pos_table
+
+
+class BaseBackbone(BaseModule):
+    """Contract base. Subclasses set ``family``, ``arch_zoo``, ``essential_keys`` and
+    ``optional_keys``, build their layers, set ``out_channels`` / ``strides`` and implement
+    :meth:`frozen_modules` and ``forward``."""
+
+    family: str = ''
+    arch_zoo: Dict[str, Dict[str, Any]] = {}
+    essential_keys: FrozenSet[str] = frozenset()
+    optional_keys: FrozenSet[str] = frozenset()
+    in_channels: int = 3
+    min_input_size: int = 1
+
+    def __init__(self, init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.out_indices: Tuple[int, ...] = ()
+        self.out_channels: Tuple[int, ...] = ()
+        self.strides: Tuple[int, ...] = ()
+        self.frozen_stages = -1
+        self.norm_eval = False
+        self.with_cp = False
+
+    # ---- arguments -------------------------------------------------------------------------
+    @classmethod
+    def resolve_arch(cls, arch: Union[str, Dict[str, Any]]) -> Dict[str, Any]:
+        """Preset name / alias -> settings; a custom dict must hold exactly the known keys."""
+        name = cls.__name__
+        if isinstance(arch, str):
+            key = arch.lower()
+            if key not in cls.arch_zoo:
+                raise ValueError(f'{name}: unknown arch {arch!r}; choose one of '
+                                 f'{sorted(cls.arch_zoo)} or pass a dict with keys '
+                                 f'{sorted(cls.essential_keys)}')
+            return dict(cls.arch_zoo[key])
+        if not isinstance(arch, dict):
+            raise TypeError(f'{name}: arch must be a preset name or a dict, got {type(arch).__name__}')
+        missing = cls.essential_keys - set(arch)
+        if missing:
+            raise ValueError(f'{name}: custom arch is missing keys {sorted(missing)} '
+                             f'(required: {sorted(cls.essential_keys)})')
+        unknown = set(arch) - cls.essential_keys - cls.optional_keys
+        if unknown:
+            raise ValueError(f'{name}: custom arch has unknown keys {sorted(unknown)} (allowed: '
+                             f'{sorted(cls.essential_keys | cls.optional_keys)})')
+        return dict(arch)
+
+    def _set_contract(self, out_indices: Union[int, Sequence[int]], num_outputs: int,
+                      channels: Sequence[int], strides: Sequence[int], frozen_stages: int,
+                      num_stages: int, norm_eval: bool, with_cp: bool) -> None:
+        """Validate and store the common arguments; ``channels``/``strides`` list every level."""
+        name = type(self).__name__
+        if isinstance(out_indices, int):
+            out_indices = (out_indices,)
+        if not isinstance(out_indices, Sequence) or not out_indices:
+            raise TypeError(f'{name}: out_indices must be an int or a non-empty sequence of ints, '
+                            f'got {out_indices!r}')
+        resolved = []
+        for index in out_indices:
+            if not isinstance(index, int) or not -num_outputs <= index < num_outputs:
+                raise ValueError(f'{name}: out_indices entry {index!r} is out of range; valid '
+                                 f'indices are 0..{num_outputs - 1} (or negative from the end)')
+            resolved.append(index % num_outputs)
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(f'{name}: out_indices {tuple(out_indices)} has duplicates')
+        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= num_stages:
+            raise ValueError(f'{name}: frozen_stages={frozen_stages!r} is out of range; use -1 '
+                             f'(nothing frozen) up to {num_stages} (all stages)')
+        self.out_indices = tuple(sorted(resolved))  # outputs always come shallow to deep
+        self.out_channels = tuple(channels[i] for i in self.out_indices)
+        self.strides = tuple(strides[i] for i in self.out_indices)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+
+    def output_shapes(self, height: int, width: int) -> List[Tuple[int, int, int]]:
+        """(C, H', W') of every output for an input of ``height`` x ``width``."""
+        return [(c, math.ceil(height / s), math.ceil(width / s))
+                for c, s in zip(self.out_channels, self.strides)]
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a clear error for a wrong rank, channel count or too small an image."""
+        name = type(self).__name__
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f'{name} expects a (B, {self.in_channels}, H, W) tensor, got {shape}')
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f'{name} was built with in_channels={self.in_channels} but the input '
+                             f'has {x.shape[1]} channels (shape {tuple(x.shape)})')
+        if min(x.shape[2:]) < self.min_input_size:
+            raise ValueError(f'{name} needs inputs of at least {self.min_input_size}x'
+                             f'{self.min_input_size} pixels (one patch), got {tuple(x.shape[2:])}')
+
+    # ---- training behaviour ------------------------------------------------------------------
+    def frozen_modules(self) -> List[nn.Module]:
+        """Modules (and parameters wrapped in modules) frozen by ``frozen_stages``."""
+        raise NotImplementedError
+
+    def frozen_parameters(self) -> List[nn.Parameter]:
+        """Loose parameters (e.g. position embeddings) frozen with stage 0."""
+        return []
+
+    def _freeze_stages(self) -> None:
+        for module in self.frozen_modules():
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+        if self.frozen_stages >= 0:
+            for param in self.frozen_parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'BaseBackbone':
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+    def run_block(self, block: nn.Module, *args: Any) -> Any:
+        """Run a block, through activation checkpointing when ``with_cp`` applies."""
+        if self.with_cp and self.training and torch.is_grad_enabled():
+            return cp.checkpoint(block, *args, use_reentrant=False)
+        return block(*args)
+
+    # ---- weights -----------------------------------------------------------------------------
+    def init_weights(self) -> None:
+        """``init_cfg=dict(type='Pretrained', checkpoint=PATH[, prefix=...])`` loads an official
+        or mmvit_ext checkpoint (auto-detected and converted); other init types go to mmengine."""
+        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [self.init_cfg]
+        pretrained = [c for c in cfgs if isinstance(c, dict) and c.get('type') == 'Pretrained']
+        others = [c for c in cfgs if c is not None and c not in pretrained]
+        if others:
+            saved, self.init_cfg = self.init_cfg, others
+            super().init_weights()
+            self.init_cfg = saved
+        for cfg in pretrained:
+            if 'checkpoint' not in cfg:
+                raise ValueError(f'{type(self).__name__}: init_cfg of type Pretrained needs '
+                                 f'checkpoint=PATH, got {cfg}')
+            load_pretrained(self, cfg['checkpoint'], prefix=cfg.get('prefix'),
+                            map_location=cfg.get('map_location', 'cpu'))
+        self._is_init = True
+
+    def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
+        """Resize relative-position tables whose window differs from ours (square windows).
+        Subclasses extend this for position embeddings. Returns the dict and the resized keys."""
+        own = self.state_dict()
+        resized = []
+        state_dict = dict(state_dict)
+        for key, value in state_dict.items():
+            if key.endswith('relative_position_bias_table') and key in own \
+                    and value.shape != own[key].shape and value.shape[1] == own[key].shape[1]:
+                src = (int(math.isqrt(value.shape[0])) + 1) // 2
+                dst = (int(math.isqrt(own[key].shape[0])) + 1) // 2
+                state_dict[key] = resize_rel_pos_table(value, (src, src), (dst, dst))
+                resized.append(key)
+        return state_dict, resized

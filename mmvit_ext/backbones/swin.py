@@ -1,0 +1,233 @@
+"""Swin Transformer (Liu et al., 2021): shifted-window attention, a 4-level pyramid.
+
+Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsample`` at the end
+of stage i), so the converter only renames the bias table and the final norm.
+"""
+import math
+from functools import lru_cache, partial
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import (Attention, DropPath, Mlp, PatchEmbed, RelativePositionBias,
+                      linear_drop_path_rates, pad_to_windows, resize_pos_embed,
+                      shifted_window_mask, to_2tuple, window_partition, window_reverse)
+from ..registry import MODELS
+from .base import BaseBackbone
+
+Size2 = Tuple[int, int]
+_shift_mask = lru_cache(maxsize=128)(shifted_window_mask)
+
+
+def window_and_shift(height: int, width: int, window_size: Size2, shift_size: Size2
+                     ) -> Tuple[Size2, Size2]:
+    """A dimension that fits in one window uses a window of its own size and no shift
+    (as the official model does at the last stage); others keep the window and pad."""
+    wh, sh = (height, 0) if height <= window_size[0] else (window_size[0], shift_size[0])
+    ww, sw = (width, 0) if width <= window_size[1] else (window_size[1], shift_size[1])
+    return (wh, ww), (sh, sw)
+
+
+class SwinBlock(nn.Module):
+    """(Shifted-)window attention block on tokens (B, H*W, C) of an H x W map."""
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: Optional[float] = None,
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+                 act_layer: Callable[[], nn.Module] = nn.GELU, fused_attn: bool = True) -> None:
+        super().__init__()
+        self.window_size = to_2tuple(window_size)
+        self.shift_size = (self.window_size[0] // 2, self.window_size[1] // 2) if shift else (0, 0)
+        self.norm1 = norm_layer(dim)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
+                              attn_drop=attn_drop, proj_drop=drop, fused=fused_attn)
+        self.rel_pos = RelativePositionBias(self.window_size, num_heads)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
+
+    def window_attention(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        b, _, c = x.shape
+        h, w = hw
+        window, shift = window_and_shift(h, w, self.window_size, self.shift_size)
+        x = pad_to_windows(x.view(b, h, w, c), window)
+        hp, wp = x.shape[1:3]
+        bias = self.rel_pos(window)  # (heads, N, N)
+        if any(shift):
+            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+            mask = _shift_mask(hp, wp, window, shift, x.device)  # (windows, N, N)
+            bias = bias.unsqueeze(0) + mask.unsqueeze(1)
+        x = window_reverse(self.attn(window_partition(x, window), attn_bias=bias), window, hp, wp)
+        if any(shift):
+            x = torch.roll(x, shifts=shift, dims=(1, 2))
+        return x[:, :h, :w].reshape(b, h * w, c)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        x = x + self.drop_path(self.window_attention(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """2x2 neighbourhood concat (official order) -> LayerNorm(4C) -> Linear(4C, out)."""
+
+    def __init__(self, dim: int, out_dim: int,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm) -> None:
+        super().__init__()
+        self.norm = norm_layer(4 * dim)
+        self.reduction = nn.Linear(4 * dim, out_dim, bias=False)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> Tuple[torch.Tensor, Size2]:
+        b, _, c = x.shape
+        h, w = hw
+        x = x.view(b, h, w, c)
+        if h % 2 or w % 2:
+            x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+        h2, w2 = x.shape[1] // 2, x.shape[2] // 2
+        # (row parity, col parity) order (0,0), (1,0), (0,1), (1,1) as in the official model
+        x = x.view(b, h2, 2, w2, 2, c).permute(0, 1, 3, 4, 2, 5).reshape(b, h2 * w2, 4 * c)
+        return self.reduction(self.norm(x)), (h2, w2)
+
+
+class SwinStage(nn.Module):
+    """``depth`` blocks alternating W-MSA / SW-MSA, then an optional patch merging."""
+
+    def __init__(self, dim: int, depth: int, num_heads: int, drop_paths: Sequence[float],
+                 downsample: bool, block_cfg: dict) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            SwinBlock(dim, num_heads, shift=j % 2 == 1, drop_path=drop_paths[j], **block_cfg)
+            for j in range(depth))
+        norm_layer = block_cfg.get('norm_layer', nn.LayerNorm)
+        self.downsample = PatchMerging(dim, 2 * dim, norm_layer) if downsample else None
+
+
+@MODELS.register_module()
+class SwinTransformer(BaseBackbone):
+    """Swin Transformer backbone: 4 NCHW maps at strides 4/8/16/32, a LayerNorm on each.
+
+    Args:
+        arch: ``tiny/small/base/large`` (aliases ``t/s/b/l``, ``swin_t`` ...), or a dict with
+            ``embed_dims``, ``depths``, ``num_heads``.
+        pretrain_img_size: image size of pretraining; sets the absolute position grid.
+        window_size: 7 (224 pretraining) or 12 (384); tables of other sizes are resized on load.
+        use_abs_pos_embed: add an absolute position embedding (resized to every input).
+        fused_attn: use ``F.scaled_dot_product_attention`` with bias and masks as ``attn_mask``.
+    """
+
+    family = 'swin'
+    arch_zoo = {
+        **dict.fromkeys(['t', 'tiny', 'swin_t', 'swin_tiny'],
+                        dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24))),
+        **dict.fromkeys(['s', 'small', 'swin_s', 'swin_small'],
+                        dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24))),
+        **dict.fromkeys(['b', 'base', 'swin_b', 'swin_base'],
+                        dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32))),
+        **dict.fromkeys(['l', 'large', 'swin_l', 'swin_large'],
+                        dict(embed_dims=192, depths=(2, 2, 18, 2), num_heads=(6, 12, 24, 48))),
+    }
+    essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
+
+    def __init__(self, arch: Union[str, dict] = 'tiny', pretrain_img_size: int = 224,
+                 in_channels: int = 3, patch_size: int = 4, window_size: int = 7,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: Optional[float] = None,
+                 drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 use_abs_pos_embed: bool = False, out_indices: Sequence[int] = (0, 1, 2, 3),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None
+                 ) -> None:
+        super().__init__(init_cfg=init_cfg)
+        settings = self.resolve_arch(arch)
+        embed_dims, depths, num_heads = (settings['embed_dims'], tuple(settings['depths']),
+                                         tuple(settings['num_heads']))
+        if len(depths) != len(num_heads):
+            raise ValueError(f'SwinTransformer: depths {depths} and num_heads {num_heads} must '
+                             f'have one entry per stage')
+        if not isinstance(window_size, int) or window_size <= 0:
+            raise ValueError(f'SwinTransformer: window_size must be a positive int, got {window_size!r}')
+        if not isinstance(in_channels, int) or in_channels <= 0:
+            raise ValueError(f'SwinTransformer: in_channels must be a positive int, got {in_channels!r}')
+        num_stages = len(depths)
+        dims = [embed_dims * 2 ** i for i in range(num_stages)]
+        self._set_contract(out_indices, num_stages, dims, [patch_size * 2 ** i for i in range(num_stages)],
+                           frozen_stages, num_stages, norm_eval, with_cp)
+        self.in_channels = in_channels
+        self.min_input_size = patch_size
+        self.pretrain_img_size = to_2tuple(pretrain_img_size)
+        self.window_size = window_size
+        norm_layer = nn.LayerNorm
+
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm_layer=norm_layer)
+        self.abs_pos_grid = tuple(s // patch_size for s in self.pretrain_img_size)
+        self.absolute_pos_embed = nn.Parameter(
+            torch.zeros(1, self.abs_pos_grid[0] * self.abs_pos_grid[1], embed_dims)
+        ) if use_abs_pos_embed else None
+        self.drop_after_pos = nn.Dropout(drop_rate) if drop_rate > 0 else nn.Identity()
+
+        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
+        block_cfg = dict(window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                         qk_scale=qk_scale, drop=drop_rate, attn_drop=attn_drop_rate,
+                         norm_layer=norm_layer, fused_attn=fused_attn)
+        self.layers = nn.ModuleList()
+        for i, depth in enumerate(depths):
+            start = sum(depths[:i])
+            self.layers.append(SwinStage(dims[i], depth, num_heads[i], rates[start:start + depth],
+                                         downsample=i < num_stages - 1, block_cfg=block_cfg))
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', norm_layer(dims[i]))
+        self.apply(self._init_module)
+        if self.absolute_pos_embed is not None:
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        self._freeze_stages()
+
+    @staticmethod
+    def _init_module(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.trunc_normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        modules: List[nn.Module] = [self.patch_embed, self.drop_after_pos]
+        for i in range(self.frozen_stages):
+            modules.append(self.layers[i])
+            if i in self.out_indices:
+                modules.append(getattr(self, f'norm{i}'))
+        return modules
+
+    def frozen_parameters(self) -> List[nn.Parameter]:
+        return [self.absolute_pos_embed] if self.absolute_pos_embed is not None else []
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
+        x, hw = self.patch_embed(x)
+        if self.absolute_pos_embed is not None:
+            x = x + resize_pos_embed(self.absolute_pos_embed, self.abs_pos_grid, hw)
+        x = self.drop_after_pos(x)
+        outs = []
+        for i, stage in enumerate(self.layers):
+            for block in stage.blocks:
+                x = self.run_block(block, x, hw)
+            if i in self.out_indices:
+                out = getattr(self, f'norm{i}')(x)
+                outs.append(out.view(-1, *hw, out.shape[-1]).permute(0, 3, 1, 2).contiguous())
+            if stage.downsample is not None:
+                x, hw = stage.downsample(x, hw)
+        return tuple(outs)
+
+    def adapt_state_dict(self, state_dict):
+        state_dict, resized = super().adapt_state_dict(state_dict)
+        pos = state_dict.get('absolute_pos_embed')
+        if pos is not None and self.absolute_pos_embed is not None and pos.dim() == 3 \
+                and pos.shape != self.absolute_pos_embed.shape:
+            side = math.isqrt(pos.shape[1])
+            state_dict['absolute_pos_embed'] = resize_pos_embed(pos, (side, side), self.abs_pos_grid)
+            resized.append('absolute_pos_embed')
+        return state_dict, resized

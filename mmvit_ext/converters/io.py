@@ -1,0 +1,93 @@
+"""Reading checkpoint files safely: safetensors, or torch.load with ``weights_only=True``."""
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+PathLike = Union[str, Path]
+WRAPPER_KEYS = ('model', 'state_dict', 'state_dict_ema', 'model_ema', 'module')
+STRIP_PREFIXES = ('module.', 'backbone.')
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used, with the reason and the file named."""
+
+
+def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cpu') -> Any:
+    """Load ``.safetensors`` or a torch file without executing pickled code.
+
+    Raises :class:`CheckpointError` for a missing, empty, truncated or unsafe file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f'checkpoint file not found: {path}')
+    if path.stat().st_size == 0:
+        raise CheckpointError(f'checkpoint file is empty (0 bytes): {path}')
+    if path.suffix == '.safetensors':
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(path), device=str(map_location))
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f'cannot read safetensors checkpoint {path}: {err}') from err
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f'refused to load {path}: it holds pickled objects outside the safe allowlist, so it '
+            f'could run code when unpickled. Only tensors, containers and the allowlisted '
+            f'OpenMMLab training state are accepted. Unpickler said: {str(err).splitlines()[0]}'
+        ) from err
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f'cannot read checkpoint {path}: the file is truncated or not a '
+                              f'torch/safetensors checkpoint ({type(err).__name__}: '
+                              f'{str(err).splitlines()[0] if str(err) else ""})') from err
+
+
+def unwrap_state_dict(checkpoint: Any, source: str = 'checkpoint',
+                      prefix: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """Find the weights inside a training checkpoint and normalise their names.
+
+    Unwraps ``model`` / ``state_dict`` / ``state_dict_ema`` (first found, in that order), keeps only
+    keys under ``prefix`` when given (stripped), and strips a ``module.`` / ``backbone.`` prefix
+    shared by every key.
+    """
+    state = checkpoint
+    for _ in range(3):  # e.g. {'state_dict': {'model': ...}}
+        if isinstance(state, dict) and not _is_tensor_dict(state):
+            key = next((k for k in WRAPPER_KEYS if isinstance(state.get(k), dict)), None)
+            if key is None:
+                break
+            state = state[key]
+    if not isinstance(state, dict) or not _is_tensor_dict(state):
+        seen = list(state)[:8] if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f'{source} holds no state dict of tensors (looked under '
+                              f'{list(WRAPPER_KEYS)}; saw {seen})')
+    state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not state:
+            raise CheckpointError(f'{source} has no keys starting with prefix {prefix!r}')
+    for strip in STRIP_PREFIXES:
+        if all(k.startswith(strip) for k in state):
+            state = {k[len(strip):]: v for k, v in state.items()}
+    return state
+
+
+def _is_tensor_dict(obj: dict) -> bool:
+    return len(obj) > 0 and sum(isinstance(v, torch.Tensor) for v in obj.values()) * 2 >= len(obj)
+
+
+def save_state_dict(state_dict: Dict[str, torch.Tensor], path: PathLike) -> None:
+    """Write ``.safetensors`` or a torch file (by suffix), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + '.tmp')
+    if path.suffix == '.safetensors':
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp))
+    else:
+        torch.save({'state_dict': state_dict}, tmp)
+    tmp.replace(path)

@@ -1,0 +1,19 @@
+"""Shared layers: plain nn.Modules used by every backbone family."""
+from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, MapTransform,
+                        multihead_attention)
+from .drop import DropPath, linear_drop_path_rates
+from .layer_scale import LayerScale
+from .mlp import ConvMlp, Mlp
+from .patch_embed import PatchEmbed
+from .pos_embed import resize_pos_embed
+from .sra import SpatialReductionAttention
+from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_pos_table
+from .utils import to_2tuple
+from .window import pad_to_windows, shifted_window_mask, window_partition, window_reverse
+
+__all__ = [
+    'Attention', 'MapTransform', 'multihead_attention', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
+    'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table', 'to_2tuple',
+    'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
+]

@@ -1,0 +1,114 @@
+"""Multi-head attention with a fused path and an explicit-map path.
+
+The fused path calls ``F.scaled_dot_product_attention`` with relative-position bias and masks
+passed as an additive ``attn_mask``. The explicit path materialises the attention map so that
+*map transforms* can act on it (re-attention, talking heads, Refiner); a transform declares
+whether it acts on the logits (``stage = 'pre_softmax'``) or on the probabilities
+(``stage = 'post_softmax'``). The final map always passes through ``attn_map`` (an Identity), so
+analysis tools can capture it with a forward hook after setting ``fused = False``.
+"""
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PRE_SOFTMAX = 'pre_softmax'
+POST_SOFTMAX = 'post_softmax'
+
+
+class MapTransform(nn.Module):
+    """Base of attention-map transforms: (..., H, N, M) -> (..., H, N, M)."""
+
+    stage: str = POST_SOFTMAX
+
+
+def _merge_window_dim(q: torch.Tensor, bias: Optional[torch.Tensor]):
+    """(B, W, H, N, d) -> (B, W*H, N, d) so that a per-window bias (W, H, N, M) broadcasts over B
+    in a 4-D call, which the fused CPU/CUDA kernels require."""
+    b, w, h = q.shape[:3]
+    q = q.flatten(1, 2)
+    if bias is not None:
+        bias = bias.reshape((1,) * (5 - bias.dim()) + tuple(bias.shape))
+        bias = bias.expand(bias.shape[0], w, h, *bias.shape[-2:]).flatten(1, 2)
+    return q, bias
+
+
+def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                        attn_bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                        transforms: Sequence[nn.Module] = (), attn_map: Optional[nn.Module] = None,
+                        fused: bool = True) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v over (..., H, N, d) tensors.
+
+    ``attn_bias`` broadcasts to (..., H, N, M). With ``fused`` and no transforms the fused kernel
+    runs; 5-D inputs (B, windows, H, N, d) are folded to 4-D so a per-window bias is not copied
+    over the batch. Softmax runs in float32 on the explicit path.
+    """
+    if fused and not transforms and attn_map is None:
+        if attn_bias is not None and attn_bias.dtype != q.dtype:
+            attn_bias = attn_bias.to(q.dtype)  # autocast: the kernel wants one dtype
+        shape = q.shape
+        if q.dim() == 5:
+            q, attn_bias = _merge_window_dim(q, attn_bias)
+            k, v = k.flatten(1, 2), v.flatten(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
+                                             scale=scale)
+        return out.reshape(*shape[:-1], out.shape[-1])
+    logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_bias is not None:
+        logits = logits + attn_bias
+    for transform in transforms:
+        if transform.stage == PRE_SOFTMAX:
+            logits = transform(logits)
+    attn = logits.float().softmax(dim=-1).to(q.dtype)
+    for transform in transforms:
+        if transform.stage == POST_SOFTMAX:
+            attn = transform(attn)
+    if attn_map is not None:
+        attn = attn_map(attn)
+    if dropout_p > 0:
+        attn = F.dropout(attn, p=dropout_p)
+    return attn @ v
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention over tokens (*batch, N, C) -> (*batch, N, C).
+
+    Args:
+        dim: token channels C.
+        num_heads: H; C must be divisible by H.
+        qkv_bias: bias on the joint qkv projection.
+        qk_scale: overrides the 1/sqrt(d) scale.
+        attn_drop / proj_drop: dropout on the map and on the output.
+        map_transforms: transforms of the explicit map; empty means the fused kernel may run.
+        fused: allow the fused kernel when there are no transforms.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True,
+                 qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = qk_scale or self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
+        self.map_transforms = nn.ModuleList(map_transforms)
+        self.attn_map = nn.Identity()
+        self.fused = fused
+
+    def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        *batch, n, c = x.shape
+        qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)  # each (*batch, H, N, d)
+        use_fused = self.fused and len(self.map_transforms) == 0
+        x = multihead_attention(q, k, v, self.scale, attn_bias,
+                                self.attn_drop if self.training else 0.0,
+                                transforms=self.map_transforms,
+                                attn_map=None if use_fused else self.attn_map, fused=use_fused)
+        x = x.transpose(-3, -2).reshape(*batch, n, c)
+        return self.proj_drop(self.proj(x))

@@ -1,0 +1,49 @@
+"""Token MLPs."""
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+
+class Mlp(nn.Module):
+    """fc1 -> act -> drop -> fc2 -> drop on (..., C) tokens."""
+
+    def __init__(self, in_features: int, hidden_features: Optional[int] = None,
+                 out_features: Optional[int] = None, act_layer: Callable[[], nn.Module] = nn.GELU,
+                 drop: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        hidden_features = hidden_features or in_features
+        out_features = out_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
+        self.act = act_layer()
+        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias)
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class ConvMlp(nn.Module):
+    """PVTv2 FFN: fc1 -> [ReLU] -> 3x3 depthwise conv on the (H, W) grid -> act -> fc2.
+
+    The depthwise conv gives the positional information that PVTv2 uses instead of a position
+    embedding; ``linear`` (PVTv2-li) adds the ReLU after fc1.
+    """
+
+    def __init__(self, in_features: int, hidden_features: int,
+                 act_layer: Callable[[], nn.Module] = nn.GELU, drop: float = 0.0,
+                 linear: bool = False) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.relu = nn.ReLU() if linear else nn.Identity()
+        self.dwconv = nn.Conv2d(hidden_features, hidden_features, 3, 1, 1, groups=hidden_features)
+        self.act = act_layer()
+        self.fc2 = nn.Linear(hidden_features, in_features)
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, hw: 'tuple[int, int]') -> torch.Tensor:
+        x = self.relu(self.fc1(x))
+        b, n, c = x.shape
+        grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
+        x = self.dwconv(grid).flatten(2).transpose(1, 2)
+        return self.drop(self.fc2(self.drop(self.act(x))))

@@ -1,0 +1,22 @@
+"""Absolute position-embedding resizing."""
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int], dst_hw: Tuple[int, int],
+                     num_prefix_tokens: int = 0, mode: str = 'bicubic') -> torch.Tensor:
+    """Resize (1, P + h*w, C) grid embeddings from ``src_hw`` to ``dst_hw``; the P prefix
+    (class / distillation) tokens are kept as they are."""
+    if tuple(src_hw) == tuple(dst_hw):
+        return pos_embed
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    if grid.shape[1] != src_hw[0] * src_hw[1]:
+        raise ValueError(f'position embedding has {grid.shape[1]} grid tokens, expected '
+                         f'{src_hw[0]}x{src_hw[1]}')
+    c = grid.shape[-1]
+    grid = grid.reshape(1, src_hw[0], src_hw[1], c).permute(0, 3, 1, 2).float()
+    grid = F.interpolate(grid, size=tuple(dst_hw), mode=mode, align_corners=False)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, c).to(pos_embed.dtype)
+    return torch.cat([prefix, grid], dim=1)

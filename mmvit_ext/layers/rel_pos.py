@@ -1,0 +1,68 @@
+"""Relative position bias for window attention, and its table resizing."""
+from typing import Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Size2 = Tuple[int, int]
+
+
+def relative_position_index(window_size: Size2, table_window: Size2 = None) -> torch.Tensor:
+    """(N, N) indices into a ((2*Th-1)*(2*Tw-1)) table for every pair of tokens of a window.
+
+    ``table_window`` (default: the window itself) lets a smaller window read the exact entries
+    of a larger table, which is how windows truncated to a small feature map reuse the weights.
+    """
+    table_window = table_window or window_size
+    if window_size[0] > table_window[0] or window_size[1] > table_window[1]:
+        raise ValueError(f'window {window_size} is larger than the bias table window {table_window}')
+    coords = torch.stack(torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]),
+                                        indexing='ij')).flatten(1)  # (2, N)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)  # (N, N, 2)
+    return (rel[..., 0] + table_window[0] - 1) * (2 * table_window[1] - 1) + rel[..., 1] + table_window[1] - 1
+
+
+class RelativePositionBias(nn.Module):
+    """Learned bias per head and relative offset inside a window: returns (H, N, N)."""
+
+    def __init__(self, window_size: Size2, num_heads: int) -> None:
+        super().__init__()
+        self.window_size = tuple(window_size)
+        self.num_heads = num_heads
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size[0] - 1) * (2 * window_size[1] - 1), num_heads))
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self.register_buffer('relative_position_index', relative_position_index(self.window_size),
+                             persistent=False)
+        self._sub_indices: Dict[Size2, torch.Tensor] = {}
+
+    def _index(self, window_size: Size2) -> torch.Tensor:
+        if tuple(window_size) == self.window_size:
+            return self.relative_position_index
+        index = self._sub_indices.get(tuple(window_size))
+        if index is None or index.device != self.relative_position_index.device:
+            index = relative_position_index(window_size, self.window_size).to(
+                self.relative_position_index.device)
+            self._sub_indices[tuple(window_size)] = index
+        return index
+
+    def forward(self, window_size: Size2 = None) -> torch.Tensor:
+        index = self._index(window_size or self.window_size)
+        n = index.shape[0]
+        bias = self.relative_position_bias_table[index.view(-1)].view(n, n, self.num_heads)
+        return bias.permute(2, 0, 1)
+
+
+def resize_rel_pos_table(table: torch.Tensor, src_window: Size2, dst_window: Size2) -> torch.Tensor:
+    """Bicubic resize of a ((2*h-1)*(2*w-1), H) table between window sizes."""
+    src = (2 * src_window[0] - 1, 2 * src_window[1] - 1)
+    dst = (2 * dst_window[0] - 1, 2 * dst_window[1] - 1)
+    if src == dst:
+        return table
+    if table.shape[0] != src[0] * src[1]:
+        raise ValueError(f'bias table has {table.shape[0]} rows, expected {src[0] * src[1]} '
+                         f'for window {src_window}')
+    grid = table.T.reshape(1, table.shape[1], *src).float()
+    grid = F.interpolate(grid, size=dst, mode='bicubic', align_corners=False)
+    return grid.reshape(table.shape[1], -1).T.to(table.dtype).contiguous()

@@ -1,0 +1,66 @@
+"""Spatial-reduction attention (PVT): keys and values from a reduced copy of the map."""
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from .attention import MapTransform, multihead_attention
+
+
+class SpatialReductionAttention(nn.Module):
+    """Attention of (B, H*W, C) tokens over keys/values from a spatially reduced map.
+
+    ``sr_ratio > 1``: a strided ``sr_ratio`` x ``sr_ratio`` conv + LayerNorm shrinks the map by
+    ``sr_ratio`` per side (SRA). ``linear=True`` (linear SRA, PVTv2-li): adaptive average pooling to
+    ``pool_size`` x ``pool_size``, a 1x1 conv, LayerNorm and GELU, so cost is linear in pixels.
+    """
+
+    def __init__(self, dim: int, num_heads: int, sr_ratio: int = 1, linear: bool = False,
+                 qkv_bias: bool = True, qk_scale: Optional[float] = None, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, pool_size: int = 7, norm_eps: float = 1e-5,
+                 map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = qk_scale or self.head_dim ** -0.5
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
+        self.linear = linear
+        self.sr_ratio = sr_ratio
+        if linear:
+            self.pool = nn.AdaptiveAvgPool2d(pool_size)
+            self.sr = nn.Conv2d(dim, dim, kernel_size=1, stride=1)
+            self.norm = nn.LayerNorm(dim, eps=norm_eps)
+            self.act = nn.GELU()
+        elif sr_ratio > 1:
+            self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
+            self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.map_transforms = nn.ModuleList(map_transforms)
+        self.attn_map = nn.Identity()
+        self.fused = fused
+
+    def reduce(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        """Tokens (B, N, C) -> reduced tokens (B, M, C) for keys and values."""
+        if not self.linear and self.sr_ratio == 1:
+            return x
+        b, n, c = x.shape
+        grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
+        if self.linear:
+            return self.act(self.norm(self.sr(self.pool(grid)).flatten(2).transpose(1, 2)))
+        return self.norm(self.sr(grid).flatten(2).transpose(1, 2))
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        kv = self.kv(self.reduce(x, hw)).reshape(b, -1, 2, self.num_heads, self.head_dim)
+        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)
+        use_fused = self.fused and len(self.map_transforms) == 0
+        x = multihead_attention(q, k, v, self.scale, None, self.attn_drop if self.training else 0.0,
+                                transforms=self.map_transforms,
+                                attn_map=None if use_fused else self.attn_map, fused=use_fused)
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, n, c)))

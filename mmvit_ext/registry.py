@@ -1,0 +1,16 @@
+"""Our registry scope, ``mmvit_ext``: children of mmengine's root registries.
+
+mmdet, mmseg and mmpretrain registries are children of the same roots, so a config in any of them
+reaches our classes with a scoped type, ``type='mmvit_ext.SwinTransformer'``; mmengine imports
+``mmvit_ext.registry`` by itself when it meets that scope, and ``locations`` registers the
+backbones on first use. ``custom_imports=dict(imports=['mmvit_ext'])`` is the documented way and
+also installs the safe-checkpoint allowlist. Downstream ``SwinTransformer`` registrations are
+untouched: ours live only in this scope.
+"""
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import Registry
+
+MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
+                  locations=['mmvit_ext.backbones'])
+
+__all__ = ['MODELS']

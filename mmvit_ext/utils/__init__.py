@@ -1,0 +1,3 @@
+from .safe_checkpoint import allow_mmengine_checkpoints
+
+__all__ = ['allow_mmengine_checkpoints']
