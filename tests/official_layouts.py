@@ -64,3 +64,51 @@ def official_swin_state_dict(embed_dims: int = 96, depths: Sequence[int] = (2, 2
     sd['head.weight'] = _rand(gen, num_classes, last)
     sd['head.bias'] = _rand(gen, num_classes)
     return sd
+
+
+def official_pvtv2_state_dict(embed_dims: Sequence[int] = (64, 128, 320, 512),
+                              depths: Sequence[int] = (3, 4, 6, 3),
+                              num_heads: Sequence[int] = (1, 2, 5, 8),
+                              mlp_ratios: Sequence[int] = (8, 8, 4, 4),
+                              sr_ratios: Sequence[int] = (8, 4, 2, 1), linear: bool = False,
+                              num_classes: int = 1000, seed: int = 0) -> Dict[str, torch.Tensor]:
+    """whai362/PVT ``pvt_v2.py`` classification checkpoint layout."""
+    gen = torch.Generator().manual_seed(seed)
+    sd: Dict[str, torch.Tensor] = {}
+    in_dim = 3
+    for n, (dim, depth, mlp, sr) in enumerate(zip(embed_dims, depths, mlp_ratios, sr_ratios), 1):
+        k = 7 if n == 1 else 3
+        sd[f'patch_embed{n}.proj.weight'] = _rand(gen, dim, in_dim, k, k, std=0.1)
+        sd[f'patch_embed{n}.proj.bias'] = _rand(gen, dim)
+        sd[f'patch_embed{n}.norm.weight'] = _rand(gen, dim, std=0.1, mean=1.0)
+        sd[f'patch_embed{n}.norm.bias'] = _rand(gen, dim)
+        hidden = dim * mlp
+        for j in range(depth):
+            p = f'block{n}.{j}.'
+            for norm in ('norm1', 'norm2'):
+                sd[p + norm + '.weight'] = _rand(gen, dim, std=0.1, mean=1.0)
+                sd[p + norm + '.bias'] = _rand(gen, dim)
+            sd[p + 'attn.q.weight'] = _rand(gen, dim, dim, std=0.1)
+            sd[p + 'attn.q.bias'] = _rand(gen, dim)
+            sd[p + 'attn.kv.weight'] = _rand(gen, 2 * dim, dim, std=0.1)
+            sd[p + 'attn.kv.bias'] = _rand(gen, 2 * dim)
+            sd[p + 'attn.proj.weight'] = _rand(gen, dim, dim)
+            sd[p + 'attn.proj.bias'] = _rand(gen, dim)
+            if linear or sr > 1:
+                ks = 1 if linear else sr
+                sd[p + 'attn.sr.weight'] = _rand(gen, dim, dim, ks, ks, std=0.05)
+                sd[p + 'attn.sr.bias'] = _rand(gen, dim)
+                sd[p + 'attn.norm.weight'] = _rand(gen, dim, std=0.1, mean=1.0)
+                sd[p + 'attn.norm.bias'] = _rand(gen, dim)
+            sd[p + 'mlp.fc1.weight'] = _rand(gen, hidden, dim)
+            sd[p + 'mlp.fc1.bias'] = _rand(gen, hidden)
+            sd[p + 'mlp.dwconv.dwconv.weight'] = _rand(gen, hidden, 1, 3, 3, std=0.2)
+            sd[p + 'mlp.dwconv.dwconv.bias'] = _rand(gen, hidden)
+            sd[p + 'mlp.fc2.weight'] = _rand(gen, dim, hidden)
+            sd[p + 'mlp.fc2.bias'] = _rand(gen, dim)
+        sd[f'norm{n}.weight'] = _rand(gen, dim, std=0.1, mean=1.0)
+        sd[f'norm{n}.bias'] = _rand(gen, dim)
+        in_dim = dim
+    sd['head.weight'] = _rand(gen, num_classes, embed_dims[-1])
+    sd['head.bias'] = _rand(gen, num_classes)
+    return sd

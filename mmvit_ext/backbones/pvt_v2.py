@@ -1,0 +1,152 @@
+"""PVTv2 (Wang et al., 2022): overlapping patch embedding, spatial-reduction attention (or
+linear SRA for ``b2_li``), convolutional FFN; a 4-level pyramid with a norm after every stage."""
+from functools import partial
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention,
+                      linear_drop_path_rates)
+from ..registry import MODELS
+from .base import BaseBackbone
+
+Size2 = Tuple[int, int]
+
+
+class PVTv2Block(nn.Module):
+    """norm -> SRA -> residual; norm -> conv-FFN -> residual, on tokens of an H x W map."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, sr_ratio: int,
+                 linear: bool = False, qkv_bias: bool = True, drop: float = 0.0,
+                 attn_drop: float = 0.0, drop_path: float = 0.0,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+                 fused_attn: bool = True) -> None:
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = SpatialReductionAttention(dim, num_heads, sr_ratio, linear=linear,
+                                              qkv_bias=qkv_bias, attn_drop=attn_drop,
+                                              proj_drop=drop, fused=fused_attn)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = ConvMlp(dim, int(dim * mlp_ratio), drop=drop, linear=linear)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x), hw))
+
+
+class PVTv2Stage(nn.Module):
+    """Overlapping patch embedding, ``depth`` blocks, LayerNorm."""
+
+    def __init__(self, in_dim: int, dim: int, depth: int, first: bool, drop_paths: Sequence[float],
+                 norm_layer: Callable[[int], nn.Module], block_cfg: dict) -> None:
+        super().__init__()
+        self.patch_embed = PatchEmbed(in_dim, dim, patch_size=7 if first else 3,
+                                      stride=4 if first else 2, norm_layer=nn.LayerNorm)
+        self.blocks = nn.ModuleList(PVTv2Block(dim, drop_path=rate, norm_layer=norm_layer, **block_cfg)
+                                    for rate in drop_paths)
+        self.norm = norm_layer(dim)
+
+
+@MODELS.register_module()
+class PyramidVisionTransformerV2(BaseBackbone):
+    """PVTv2 backbone: 4 NCHW maps at strides 4/8/16/32.
+
+    Args:
+        arch: ``b0 b1 b2 b2_li b3 b4 b5`` (aliases ``pvt_v2_b2`` ...) or a dict with
+            ``embed_dims``, ``depths``, ``num_heads`` (optional ``mlp_ratios``, ``sr_ratios``,
+            ``linear``).
+        fused_attn: use ``F.scaled_dot_product_attention``.
+    """
+
+    family = 'pvtv2'
+    _small = dict(embed_dims=(64, 128, 320, 512), num_heads=(1, 2, 5, 8), mlp_ratios=(8, 8, 4, 4),
+                  sr_ratios=(8, 4, 2, 1))
+    arch_zoo = {
+        **dict.fromkeys(['b0', 'pvt_v2_b0'], dict(_small, embed_dims=(32, 64, 160, 256),
+                                                   depths=(2, 2, 2, 2))),
+        **dict.fromkeys(['b1', 'pvt_v2_b1'], dict(_small, depths=(2, 2, 2, 2))),
+        **dict.fromkeys(['b2', 'pvt_v2_b2'], dict(_small, depths=(3, 4, 6, 3))),
+        **dict.fromkeys(['b2_li', 'b2-li', 'pvt_v2_b2_li'], dict(_small, depths=(3, 4, 6, 3),
+                                                                 linear=True)),
+        **dict.fromkeys(['b3', 'pvt_v2_b3'], dict(_small, depths=(3, 4, 18, 3))),
+        **dict.fromkeys(['b4', 'pvt_v2_b4'], dict(_small, depths=(3, 8, 27, 3))),
+        **dict.fromkeys(['b5', 'pvt_v2_b5'], dict(_small, depths=(3, 6, 40, 3),
+                                                   mlp_ratios=(4, 4, 4, 4))),
+    }
+    del _small
+    essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
+    optional_keys = frozenset({'mlp_ratios', 'sr_ratios', 'linear'})
+
+    def __init__(self, arch: Union[str, dict] = 'b2', in_channels: int = 3, qkv_bias: bool = True,
+                 drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
+                 norm_eval: bool = False, with_cp: bool = False, fused_attn: bool = True,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        settings = self.resolve_arch(arch)
+        dims, depths, heads = (tuple(settings[k]) for k in ('embed_dims', 'depths', 'num_heads'))
+        num_stages = len(depths)
+        mlp_ratios = tuple(settings.get('mlp_ratios', (8, 8, 4, 4)[:num_stages]))
+        sr_ratios = tuple(settings.get('sr_ratios', (8, 4, 2, 1)[:num_stages]))
+        linear = bool(settings.get('linear', False))
+        for key, value in (('embed_dims', dims), ('num_heads', heads), ('mlp_ratios', mlp_ratios),
+                           ('sr_ratios', sr_ratios)):
+            if len(value) != num_stages:
+                raise ValueError(f'PyramidVisionTransformerV2: arch {key} {value} must have one '
+                                 f'entry per stage ({num_stages}, from depths {depths})')
+        if not isinstance(in_channels, int) or in_channels <= 0:
+            raise ValueError(f'PyramidVisionTransformerV2: in_channels must be a positive int, '
+                             f'got {in_channels!r}')
+        self._set_contract(out_indices, num_stages, dims, [4 * 2 ** i for i in range(num_stages)],
+                           frozen_stages, num_stages, norm_eval, with_cp)
+        self.in_channels = in_channels
+        self.min_input_size = 4
+        self.linear = linear
+        norm_layer = partial(nn.LayerNorm, eps=1e-6)
+        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
+        self.layers = nn.ModuleList()
+        for i in range(num_stages):
+            start = sum(depths[:i])
+            block_cfg = dict(num_heads=heads[i], mlp_ratio=mlp_ratios[i], sr_ratio=sr_ratios[i],
+                             linear=linear, qkv_bias=qkv_bias, drop=drop_rate,
+                             attn_drop=attn_drop_rate, fused_attn=fused_attn)
+            self.layers.append(PVTv2Stage(in_channels if i == 0 else dims[i - 1], dims[i],
+                                          depths[i], i == 0, rates[start:start + depths[i]],
+                                          norm_layer, block_cfg))
+        self.apply(self._init_module)
+        self._freeze_stages()
+
+    @staticmethod
+    def _init_module(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.trunc_normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Conv2d):  # fan-out normal, as in the official model
+            fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
+            nn.init.normal_(module.weight, 0, (2.0 / (fan_out // module.groups)) ** 0.5)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        return [self.layers[0].patch_embed, *self.layers[:self.frozen_stages]]
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
+        outs = []
+        for i, stage in enumerate(self.layers):
+            tokens, hw = stage.patch_embed(x)
+            for block in stage.blocks:
+                tokens = self.run_block(block, tokens, hw)
+            tokens = stage.norm(tokens)
+            x = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, *hw)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
