@@ -1,0 +1,52 @@
+"""Checks of a whole config before a run starts, so mistakes surface as one clear line."""
+import os.path as osp
+from typing import Any, Iterator, List, Tuple
+
+from mmengine.config import Config
+
+
+class ConfigError(ValueError):
+    """A config that cannot run, with the setting and the fix named."""
+
+
+def _walk(node: Any, path: str = '') -> Iterator[Tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _walk(value, f'{path}.{key}' if path else str(key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _walk(value, f'{path}[{i}]')
+    yield path, node
+
+
+def missing_pretrained(cfg: Config) -> List[str]:
+    """``init_cfg=dict(type='Pretrained', checkpoint=...)`` entries whose local file is absent."""
+    problems = []
+    for path, node in _walk(cfg.get('model', {}), 'model'):
+        if isinstance(node, dict) and node.get('type') == 'Pretrained':
+            ckpt = str(node.get('checkpoint', ''))
+            if '://' not in ckpt and not osp.isfile(ckpt):
+                problems.append(f'{path}.checkpoint: pretrained weights not found at {ckpt!r}; '
+                                f'download the official file there, or pass '
+                                f'--cfg-options {path}=None to train from scratch')
+    return problems
+
+
+def missing_data(cfg: Config, splits: Tuple[str, ...] = ('train', 'val', 'test')) -> List[str]:
+    """Dataset roots and annotation files of the given dataloaders that do not exist."""
+    problems = []
+    for split in splits:
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        dataset = loader.get('dataset', {})
+        while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
+            dataset = dataset['dataset']
+        root = dataset.get('data_root', '') or ''
+        if root and not osp.isdir(root):
+            problems.append(f'{split}_dataloader.dataset.data_root: dataset root {root!r} not found')
+            continue
+        ann = dataset.get('ann_file')
+        if ann and not osp.isfile(osp.join(root, ann)) and not osp.isdir(osp.join(root, ann)):
+            problems.append(f'{split}_dataloader.dataset.ann_file: {osp.join(root, ann)!r} not found')
+    return problems

@@ -1,0 +1,77 @@
+"""Train a detector / segmentor / classifier whose config uses mmvit_ext backbones.
+
+Example:
+    python tools/train.py configs/mask_rcnn_pvtv2_b2.py --work-dir work_dirs/pvtv2 --amp
+    python tools/train.py configs/demo/mask_rcnn_pvtv2_b2_demo.py      # built-in demo data
+    python tools/train.py CONFIG --resume                            # latest checkpoint
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+from mmvit_ext.utils.config_checks import missing_data, missing_pretrained
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='directory for logs and checkpoints')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the lr by the real total batch size / base_batch_size')
+    parser.add_argument('--resume', nargs='?', type=str, const='auto',
+                        help='resume from PATH, or without PATH from the latest checkpoint in '
+                             'the work dir')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override settings, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    if not osp.isfile(args.config):
+        sys.exit(f'error: config file not found: {args.config}')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') == 'OptimWrapper':
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg or 'base_batch_size' not in cfg.auto_scale_lr:
+            sys.exit('error: --auto-scale-lr needs auto_scale_lr.base_batch_size in the config')
+        cfg.auto_scale_lr.enable = True
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume:
+        cfg.resume, cfg.load_from = True, args.resume
+    return cfg
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = build_config(args)
+    problems = missing_data(cfg, ('train', 'val'))
+    if not cfg.get('resume'):
+        problems += missing_pretrained(cfg)
+    if problems:
+        sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
