@@ -14,7 +14,8 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
-from mmvit_ext.utils.config_checks import missing_data, missing_pretrained
+from mmvit_ext.utils.config_checks import (missing_data, missing_pretrained,
+                                          neck_channel_mismatch)
 
 
 def parse_args() -> argparse.Namespace:
@@ -64,7 +65,7 @@ def build_config(args: argparse.Namespace) -> Config:
 def main() -> None:
     args = parse_args()
     cfg = build_config(args)
-    problems = missing_data(cfg, ('train', 'val'))
+    problems = neck_channel_mismatch(cfg) + missing_data(cfg, ('train', 'val'))
     if not cfg.get('resume'):
         problems += missing_pretrained(cfg)
     if problems:

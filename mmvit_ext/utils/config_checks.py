@@ -50,3 +50,26 @@ def missing_data(cfg: Config, splits: Tuple[str, ...] = ('train', 'val', 'test')
         if ann and not osp.isfile(osp.join(root, ann)) and not osp.isdir(osp.join(root, ann)):
             problems.append(f'{split}_dataloader.dataset.ann_file: {osp.join(root, ann)!r} not found')
     return problems
+
+
+def neck_channel_mismatch(cfg: Config) -> List[str]:
+    """Compare a neck's / decode head's ``in_channels`` with what our backbone emits."""
+    model = cfg.get('model', {})
+    backbone = model.get('backbone')
+    if not isinstance(backbone, dict) or not str(backbone.get('type', '')).startswith('mmvit_ext.'):
+        return []
+    from ..registry import MODELS
+    settings = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg', '_delete_')}
+    cls = MODELS.get(backbone['type'].split('.', 1)[1])
+    if cls is None:
+        return [f'model.backbone.type: {backbone["type"]!r} is not registered in mmvit_ext']
+    channels = list(cls(**settings).out_channels)
+    problems = []
+    for name in ('neck', 'decode_head'):
+        head = model.get(name)
+        if isinstance(head, dict) and 'in_channels' in head:
+            given = head['in_channels']
+            if isinstance(given, (list, tuple)) and list(given) != channels:
+                problems.append(f'model.{name}.in_channels={list(given)} does not match the '
+                                f'backbone outputs; use in_channels={channels}')
+    return problems

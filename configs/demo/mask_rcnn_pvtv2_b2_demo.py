@@ -1,0 +1,64 @@
+# The headline model on the built-in demo data (tools/make_demo_data.py): same Mask R-CNN
+# PVTv2-b2, trained from scratch (no weights can be downloaded here) on 5 synthetic shape classes
+# at 256 px for a short schedule, so a 2-core CPU trains and evaluates it in minutes.
+_base_ = '../mask_rcnn_pvtv2_b2.py'
+
+data_root = 'data/demo_shapes/'
+metainfo = dict(
+    classes=('circle', 'square', 'triangle', 'star', 'hexagon'),
+    palette=[(220, 20, 60), (0, 128, 255), (60, 180, 75), (255, 165, 0), (145, 30, 180)])
+image_scale = (256, 256)
+num_classes = 5
+
+# A CPU budget: fewer proposals and sampled RoIs per image (RoIAlign backward dominates a CPU
+# step), torchvision's RoIAlign (same maths as mmcv's, faster on CPU).
+roi_layer = dict(type='RoIAlign', sampling_ratio=0, use_torchvision=True)
+model = dict(
+    backbone=dict(init_cfg=None),
+    roi_head=dict(bbox_roi_extractor=dict(roi_layer=dict(roi_layer, output_size=7)),
+                  mask_roi_extractor=dict(roi_layer=dict(roi_layer, output_size=14)),
+                  bbox_head=dict(num_classes=num_classes),
+                  mask_head=dict(num_classes=num_classes)),
+    train_cfg=dict(rpn_proposal=dict(nms_pre=1000, max_per_img=500),
+                   rcnn=dict(sampler=dict(num=128))),
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=300)))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=4, num_workers=1, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=metainfo,
+                 ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'),
+                 filter_cfg=dict(filter_empty_gt=True, min_size=8), pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=2, num_workers=1, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=metainfo,
+                 ann_file='annotations/instances_val.json', data_prefix=dict(img='val/'),
+                 pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json', classwise=True)
+test_evaluator = val_evaluator
+
+max_epochs = 6
+train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[5],
+         gamma=0.1),
+]
+optim_wrapper = dict(optimizer=dict(lr=4e-4), clip_grad=dict(max_norm=5.0, norm_type=2))
+default_hooks = dict(checkpoint=dict(interval=max_epochs, max_keep_ckpts=1),
+                     logger=dict(interval=16))
+auto_scale_lr = dict(enable=False, base_batch_size=4)
