@@ -57,7 +57,7 @@ def test_boxes_inside_images_and_masks_exact(demo):
 def test_deterministic_by_seed(tmp_path):
     a = generate_demo_coco(tmp_path / 'a', num_train=4, num_val=2, img_size=(64, 64), seed=1)
     b = generate_demo_coco(tmp_path / 'b', num_train=4, num_val=2, img_size=(64, 64), seed=1)
-    c = generate_demo_coco(tmp_path / 'c', num_train=4, num_val=2, img_size=(64, 64), seed=2)
+    generate_demo_coco(tmp_path / "c", num_train=4, num_val=2, img_size=(64, 64), seed=2)
     ann = 'annotations/instances_train.json'
     assert a == b
     assert (tmp_path / 'a' / ann).read_text() == (tmp_path / 'b' / ann).read_text()

@@ -73,3 +73,11 @@ def test_swin_checkpoint_is_refused_by_pvt(tmp_path):
     model = PyramidVisionTransformerV2('b0', init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(CheckpointError, match=r'official Swin.*loads \'pvtv2\''):
         model.init_weights()
+
+
+def test_export_is_the_inverse_of_convert():
+    from mmvit_ext.converters import export_official_pvtv2
+    official = official_pvtv2_state_dict(depths=(1, 2, 1, 1), linear=True)
+    kept = {k: v for k, v in official.items() if not k.startswith('head.')}
+    exported = export_official_pvtv2(convert_official_pvtv2(official))
+    assert exported.keys() == kept.keys() and all(exported[k] is kept[k] for k in kept)

@@ -130,3 +130,12 @@ def test_downstream_swin_registrations_untouched():
     for registry, module in ((DET, 'mmdet'), (SEG, 'mmseg'), (PRE, 'mmpretrain')):
         assert registry.get('SwinTransformer').__module__.startswith(module)
         assert registry.get('mmvit_ext.SwinTransformer') is SwinTransformer
+
+
+def test_export_is_the_inverse_of_convert():
+    from mmvit_ext.converters import export_official_swin
+    official = official_swin_state_dict(depths=(1, 1, 2, 1))
+    kept = {k: v for k, v in official.items()
+            if not k.startswith('head.') and not k.endswith(('attn_mask', 'relative_position_index'))}
+    exported = export_official_swin(convert_official_swin(official))
+    assert exported.keys() == kept.keys() and all(exported[k] is kept[k] for k in kept)

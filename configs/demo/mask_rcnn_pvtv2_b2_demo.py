@@ -1,6 +1,7 @@
 # The headline model on the built-in demo data (tools/make_demo_data.py): same Mask R-CNN
 # PVTv2-b2, trained from scratch (no weights can be downloaded here) on 5 synthetic shape classes
-# at 256 px for a short schedule, so a 2-core CPU trains and evaluates it in minutes.
+# at 256 px for 12 short epochs (192 iterations), so a 2-core CPU trains and evaluates it in
+# about a quarter of an hour.
 _base_ = '../mask_rcnn_pvtv2_b2.py'
 
 data_root = 'data/demo_shapes/'
@@ -51,14 +52,15 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json', classwise=True)
 test_evaluator = val_evaluator
 
-max_epochs = 6
+max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[5],
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[10],
          gamma=0.1),
 ]
-optim_wrapper = dict(optimizer=dict(lr=4e-4), clip_grad=dict(max_norm=5.0, norm_type=2))
+# from scratch and short: a higher lr than the 1x recipe, one step down near the end
+optim_wrapper = dict(optimizer=dict(lr=1e-3), clip_grad=dict(max_norm=5.0, norm_type=2))
 default_hooks = dict(checkpoint=dict(interval=max_epochs, max_keep_ckpts=1),
                      logger=dict(interval=16))
 auto_scale_lr = dict(enable=False, base_batch_size=4)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention,
-                      linear_drop_path_rates)
+                      init_linear_and_norm, linear_drop_path_rates)
 from ..registry import MODELS
 from .base import BaseBackbone
 
@@ -120,14 +120,8 @@ class PyramidVisionTransformerV2(BaseBackbone):
 
     @staticmethod
     def _init_module(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.trunc_normal_(module.weight, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Conv2d):  # fan-out normal, as in the official model
+        init_linear_and_norm(module)
+        if isinstance(module, nn.Conv2d):  # fan-out normal, as in the official model
             fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
             nn.init.normal_(module.weight, 0, (2.0 / (fan_out // module.groups)) ** 0.5)
             if module.bias is not None:

@@ -4,16 +4,17 @@ Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsam
 of stage i), so the converter only renames the bias table and the final norm.
 """
 import math
-from functools import lru_cache, partial
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from functools import lru_cache
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..layers import (Attention, DropPath, Mlp, PatchEmbed, RelativePositionBias,
-                      linear_drop_path_rates, pad_to_windows, resize_pos_embed,
-                      shifted_window_mask, to_2tuple, window_partition, window_reverse)
+                      init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
+                      resize_pos_embed, shifted_window_mask, to_2tuple, window_partition,
+                      window_reverse)
 from ..registry import MODELS
 from .base import BaseBackbone
 
@@ -177,20 +178,10 @@ class SwinTransformer(BaseBackbone):
                                          downsample=i < num_stages - 1, block_cfg=block_cfg))
         for i in self.out_indices:
             self.add_module(f'norm{i}', norm_layer(dims[i]))
-        self.apply(self._init_module)
+        self.apply(init_linear_and_norm)
         if self.absolute_pos_embed is not None:
             nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
         self._freeze_stages()
-
-    @staticmethod
-    def _init_module(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.trunc_normal_(module.weight, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
 
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:

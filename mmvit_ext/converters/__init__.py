@@ -3,11 +3,12 @@ from . import pvt_v2, swin  # noqa: F401  (register their layouts)
 from .io import CheckpointError, read_checkpoint, save_state_dict, unwrap_state_dict
 from .layouts import LAYOUTS, Layout, detect_layouts, register_layout
 from .loading import LoadReport, convert_for_model, load_pretrained
-from .pvt_v2 import convert_official_pvtv2
-from .swin import convert_official_swin
+from .pvt_v2 import convert_official_pvtv2, export_official_pvtv2
+from .swin import convert_official_swin, export_official_swin
 
 __all__ = [
     'CheckpointError', 'read_checkpoint', 'save_state_dict', 'unwrap_state_dict', 'LAYOUTS',
     'Layout', 'detect_layouts', 'register_layout', 'LoadReport', 'convert_for_model',
     'load_pretrained', 'convert_official_swin', 'convert_official_pvtv2',
+    'export_official_swin', 'export_official_pvtv2',
 ]

@@ -1,8 +1,7 @@
 """Loading a pretrained checkpoint into one of our backbones through ``init_cfg``."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import torch
 from mmengine.logging import print_log
 from torch import nn
 

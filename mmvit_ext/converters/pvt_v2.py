@@ -27,3 +27,19 @@ def convert_official_pvtv2(state_dict: StateDict) -> StateDict:
 
 register_layout('official PVTv2 (whai362/PVT)', 'pvtv2', r'^block1\.0\.attn\.q\.weight$',
                 convert_official_pvtv2)
+
+
+_OURS = re.compile(r'^layers\.(\d+)\.(patch_embed|blocks|norm)\.(.*)$')
+
+
+def export_official_pvtv2(state_dict: StateDict) -> StateDict:
+    """Inverse of :func:`convert_official_pvtv2` (for peers that read the official layout)."""
+    out = {}
+    for key, value in state_dict.items():
+        match = _OURS.match(key)
+        if match:
+            stage, part, rest = match.groups()
+            part = 'block' if part == 'blocks' else part
+            key = f'{part}{int(stage) + 1}.{rest}'
+        out[key.replace('.mlp.dwconv.', '.mlp.dwconv.dwconv.')] = value
+    return out

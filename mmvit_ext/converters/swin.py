@@ -31,3 +31,19 @@ def convert_official_swin(state_dict: StateDict) -> StateDict:
 
 register_layout('official Swin (microsoft/Swin-Transformer)', 'swin',
                 _OFFICIAL_TABLE.pattern, convert_official_swin)
+
+
+def export_official_swin(state_dict: StateDict, num_stages: int = 4) -> StateDict:
+    """Inverse of :func:`convert_official_swin` (for peers that read the official layout).
+
+    Only the last output norm has an official counterpart (``norm``); the other output norms
+    are dropped."""
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith('norm'):
+            if key.startswith(f'norm{num_stages - 1}.'):
+                out['norm.' + key.split('.', 1)[1]] = value
+            continue
+        out[key.replace('rel_pos.relative_position_bias_table',
+                        'attn.relative_position_bias_table')] = value
+    return out

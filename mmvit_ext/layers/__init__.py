@@ -1,6 +1,7 @@
 """Shared layers: plain nn.Modules used by every backbone family."""
-from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, MapTransform,
+from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, MapTransform,
                         multihead_attention)
+from .init import init_linear_and_norm
 from .drop import DropPath, linear_drop_path_rates
 from .layer_scale import LayerScale
 from .mlp import ConvMlp, Mlp
@@ -12,7 +13,7 @@ from .utils import to_2tuple
 from .window import pad_to_windows, shifted_window_mask, window_partition, window_reverse
 
 __all__ = [
-    'Attention', 'MapTransform', 'multihead_attention', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'Attention', 'AttentionBase', 'init_linear_and_norm', 'MapTransform', 'multihead_attention', 'PRE_SOFTMAX', 'POST_SOFTMAX',
     'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table', 'to_2tuple',
     'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',

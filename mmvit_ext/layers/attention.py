@@ -71,7 +71,41 @@ def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     return attn @ v
 
 
-class Attention(nn.Module):
+class AttentionBase(nn.Module):
+    """Heads, scale, output projection and the fused / explicit choice shared by every attention.
+
+    Subclasses produce q, k, v of shape (..., H, N, d) and call :meth:`attend`.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qk_scale: Optional[float] = None,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = qk_scale or self.head_dim ** -0.5
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
+        self.map_transforms = nn.ModuleList(map_transforms)
+        self.attn_map = nn.Identity()
+        self.fused = fused
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
+        use_fused = self.fused and len(self.map_transforms) == 0
+        x = multihead_attention(q, k, v, self.scale, attn_bias,
+                                self.attn_drop if self.training else 0.0,
+                                transforms=self.map_transforms,
+                                attn_map=None if use_fused else self.attn_map, fused=use_fused)
+        x = x.transpose(-3, -2).flatten(-2)
+        return self.proj_drop(self.proj(x))
+
+
+class Attention(AttentionBase):
     """Multi-head self-attention over tokens (*batch, N, C) -> (*batch, N, C).
 
     Args:
@@ -87,28 +121,11 @@ class Attention(nn.Module):
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True,
                  qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = qk_scale or self.head_dim ** -0.5
+        super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
-        self.map_transforms = nn.ModuleList(map_transforms)
-        self.attn_map = nn.Identity()
-        self.fused = fused
 
     def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        *batch, n, c = x.shape
+        *batch, n, _ = x.shape
         qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)  # each (*batch, H, N, d)
-        use_fused = self.fused and len(self.map_transforms) == 0
-        x = multihead_attention(q, k, v, self.scale, attn_bias,
-                                self.attn_drop if self.training else 0.0,
-                                transforms=self.map_transforms,
-                                attn_map=None if use_fused else self.attn_map, fused=use_fused)
-        x = x.transpose(-3, -2).reshape(*batch, n, c)
-        return self.proj_drop(self.proj(x))
+        return self.attend(q, k, v, attn_bias)

@@ -4,10 +4,10 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .attention import MapTransform, multihead_attention
+from .attention import AttentionBase, MapTransform
 
 
-class SpatialReductionAttention(nn.Module):
+class SpatialReductionAttention(AttentionBase):
     """Attention of (B, H*W, C) tokens over keys/values from a spatially reduced map.
 
     ``sr_ratio > 1``: a strided ``sr_ratio`` x ``sr_ratio`` conv + LayerNorm shrinks the map by
@@ -19,17 +19,9 @@ class SpatialReductionAttention(nn.Module):
                  qkv_bias: bool = True, qk_scale: Optional[float] = None, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, pool_size: int = 7, norm_eps: float = 1e-5,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = qk_scale or self.head_dim ** -0.5
+        super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
-        self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
         self.linear = linear
         self.sr_ratio = sr_ratio
         if linear:
@@ -40,9 +32,6 @@ class SpatialReductionAttention(nn.Module):
         elif sr_ratio > 1:
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
-        self.map_transforms = nn.ModuleList(map_transforms)
-        self.attn_map = nn.Identity()
-        self.fused = fused
 
     def reduce(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
         """Tokens (B, N, C) -> reduced tokens (B, M, C) for keys and values."""
@@ -59,8 +48,4 @@ class SpatialReductionAttention(nn.Module):
         q = self.q(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         kv = self.kv(self.reduce(x, hw)).reshape(b, -1, 2, self.num_heads, self.head_dim)
         k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)
-        use_fused = self.fused and len(self.map_transforms) == 0
-        x = multihead_attention(q, k, v, self.scale, None, self.attn_drop if self.training else 0.0,
-                                transforms=self.map_transforms,
-                                attn_map=None if use_fused else self.attn_map, fused=use_fused)
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, n, c)))
+        return self.attend(q, k, v)

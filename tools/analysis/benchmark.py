@@ -1,0 +1,140 @@
+"""Time a backbone (or a whole config's model) on CPU / CUDA, against mmdet's and timm's own.
+
+Forward and forward+backward, fp32 or bf16 / fp16 autocast, median of --repeat runs after
+--warmup, models interleaved run by run; peak memory (CUDA max allocated, CPU peak RSS growth);
+achieved FLOP/s against a measured matmul peak. --compare builds mmdet's and timm's
+implementation with our weights, checks that their outputs match ours, and prints every figure
+as a ratio. The last line is a one-line summary for scripts.
+
+Example:
+    python tools/analysis/benchmark.py swin:tiny --batch 2 --size 512 512 --compare
+    python tools/analysis/benchmark.py pvtv2:b2 --dtype bf16 --compare
+    python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
+"""
+import argparse
+import copy
+import sys
+from typing import Dict
+
+import torch
+from torch import nn
+
+import mmvit_ext  # noqa: F401
+from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_peak
+from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
+from mmvit_ext.registry import MODELS
+
+FAMILIES = {'swin': 'SwinTransformer', 'pvtv2': 'PyramidVisionTransformerV2'}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('backbone', nargs='?', help='FAMILY:ARCH, e.g. swin:tiny, pvtv2:b2_li')
+    parser.add_argument('--config', help='benchmark a whole model (a training step) instead')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--dtype', choices=sorted(DTYPES), default='fp32')
+    parser.add_argument('--batch', type=int, default=2)
+    parser.add_argument('--size', type=int, nargs=2, default=(512, 512), metavar=('H', 'W'))
+    parser.add_argument('--modes', nargs='+', choices=('fwd', 'fwdbwd'), default=['fwd', 'fwdbwd'])
+    parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--repeat', type=int, default=5)
+    parser.add_argument('--compare', action='store_true', help='also run mmdet and timm')
+    args = parser.parse_args()
+    if bool(args.backbone) == bool(args.config):
+        parser.error('give either a backbone FAMILY:ARCH or --config')
+    return args
+
+
+def build_backbone(spec: str) -> nn.Module:
+    family, _, arch = spec.partition(':')
+    if family not in FAMILIES or not arch:
+        sys.exit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}, got {spec!r}')
+    return MODELS.build(dict(type=FAMILIES[family], arch=arch, drop_path_rate=0.0))
+
+
+class _TrainStep(nn.Module):
+    """A detector's loss-mode forward on fixed synthetic inputs, as a benchmarkable module."""
+
+    def __init__(self, detector: nn.Module, batch: int, size) -> None:
+        super().__init__()
+        from mmdet.testing import demo_mm_inputs
+        self.detector = detector
+        packed = demo_mm_inputs(batch, [[3, *size]] * batch, num_items=[4] * batch,
+                                num_classes=5, with_mask=True)
+        self.data = detector.data_preprocessor(packed, True)
+
+    def forward(self, x):
+        losses = self.detector(self.data['inputs'].to(x.device), self.data['data_samples'],
+                               mode='loss')
+        return [self.detector.parse_losses(losses)[0].reshape(1)]
+
+
+def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
+    size = tuple(args.size)
+    if args.backbone:
+        ours = build_backbone(args.backbone)
+        models = {'ours': ours}
+        if args.compare:
+            peers = build_peers(ours, size)
+            for name, (check, diff) in check_peers(ours, peers, size).items():
+                print(f'[check] {name}: outputs match ours at {check[0]}x{check[1]} '
+                      f'(max abs diff {diff:.1e})')
+            models.update(peers)
+        return models
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmdet.registry import MODELS as DET
+    import mmdet.models  # noqa: F401
+    cfg = Config.fromfile(args.config)
+    cfg.model.backbone.init_cfg = None
+    cfg.model.backbone.drop_path_rate = 0.0
+    init_default_scope('mmdet')
+    detector = DET.build(cfg.model)
+    detector.init_weights()
+    models = {'ours': _TrainStep(detector, args.batch, size)}
+    if args.compare:
+        peer = build_peers(detector.backbone, size)['mmdet']
+        check_peers(detector.backbone, {'mmdet': peer}, size)
+        other = copy.deepcopy(detector)
+        other.backbone = peer
+        models['mmdet'] = _TrainStep(other, args.batch, size)
+    return models
+
+
+def main() -> None:
+    args = parse_args()
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype]
+    models = {k: m.to(device).train() for k, m in build_models(args).items()}
+    modes = ['fwdbwd'] if args.config else args.modes
+    x = torch.randn(args.batch, 3, *args.size, device=device)
+    flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}
+    peak = matmul_peak(device, dtype)
+    print(f'device {device}, {args.dtype}, batch {args.batch}, {args.size[0]}x{args.size[1]}; '
+          f'matmul peak {peak / 1e9:.0f} GFLOP/s')
+    results = measure_interleaved(models, x, modes, dtype, args.warmup, args.repeat)
+    print('\n| model | mode | median s | peak MB | GFLOP/s | % of peak |\n|---|---|---|---|---|---|')
+    for name, res in results.items():
+        for mode in modes:
+            t = res.median(mode)
+            rate = flops.get(mode, 0) / t
+            print(f'| {name} | {mode} | {t:.3f} | {res.peak_mem[mode] / 2 ** 20:.0f} | '
+                  f'{rate / 1e9:.0f} | {100 * rate / peak:.0f} |' if flops else
+                  f'| {name} | {mode} | {t:.3f} | {res.peak_mem[mode] / 2 ** 20:.0f} | - | - |')
+    summary = [f'{args.backbone or args.config}', args.dtype,
+               f'b{args.batch}', f'{args.size[0]}x{args.size[1]}']
+    ours = results['ours']
+    for name in (n for n in results if n != 'ours'):
+        for mode in modes:
+            speedup = results[name].median(mode) / ours.median(mode)
+            mem = ours.peak_mem[mode] / max(results[name].peak_mem[mode], 1)
+            print(f'ours vs {name} {mode}: {speedup:.2f}x speed, {mem:.2f}x memory')
+            summary.append(f'{mode}_speedup_vs_{name}={speedup:.2f} {mode}_mem_vs_{name}={mem:.2f}')
+    if flops:
+        summary.append(' '.join(f'{m}_peak_frac={flops[m] / ours.median(m) / peak:.2f}' for m in modes))
+    print('SUMMARY ' + ' '.join(summary))
+
+
+if __name__ == '__main__':
+    main()
