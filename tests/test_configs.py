@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
+from mmengine.registry import DefaultScope
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'configs').rglob('*.py'))
@@ -24,10 +24,10 @@ def test_config_builds_and_extracts_features(path):
     assert cfg.model.backbone.type.startswith('mmvit_ext.')
     cfg.model.backbone.init_cfg = None  # no weights here; loading is tested elsewhere
     scope = _scope(cfg)
-    init_default_scope(scope)
     registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
     __import__(f'{scope}.models')
-    model = registry.build(cfg.model).eval()
+    with DefaultScope.overwrite_default_scope(scope):
+        model = registry.build(cfg.model).eval()
     backbone = model.backbone
     neck_in = cfg.model.neck.in_channels if 'neck' in cfg.model else cfg.model.decode_head.in_channels
     assert list(backbone.out_channels) == list(neck_in)
@@ -35,7 +35,9 @@ def test_config_builds_and_extracts_features(path):
         feats = model.extract_feat(torch.randn(1, 3, 128, 160))
     assert all(torch.isfinite(f).all() for f in feats)
     if scope == 'mmdet':
-        assert len(feats) == cfg.model.neck.num_outs and feats[0].shape[-2:] == (32, 40)
+        stride = backbone.strides[cfg.model.neck.get('start_level', 0)]
+        assert len(feats) == cfg.model.neck.num_outs
+        assert feats[0].shape[-2:] == (128 // stride, 160 // stride)
 
 
 def test_recipes_exclude_norms_and_tables_from_weight_decay():

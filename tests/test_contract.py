@@ -17,7 +17,7 @@ def _registered():
 
 
 def _build(name, **cfg):
-    return MODELS.build(dict(type=name, **cfg))
+    return MODELS.build(dict(type=f'mmvit_ext.{name}', **cfg))
 
 
 def test_every_registered_backbone_has_cases():

@@ -61,12 +61,12 @@ def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
 
     # the untrained model, initialised as training would, saved in mmengine's checkpoint format
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
+    from mmengine.registry import DefaultScope
     from mmdet.registry import MODELS
     import mmdet.models  # noqa: F401
-    init_default_scope('mmdet')
     torch.manual_seed(0)
-    untrained = MODELS.build(Config.fromfile(str(config)).model)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        untrained = MODELS.build(Config.fromfile(str(config)).model)
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)

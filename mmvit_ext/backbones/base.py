@@ -76,7 +76,9 @@ class BaseBackbone(BaseModule):
                             f'got {out_indices!r}')
         resolved = []
         for index in out_indices:
-            if not isinstance(index, int) or not -num_outputs <= index < num_outputs:
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise TypeError(f'{name}: out_indices entries must be ints, got {index!r}')
+            if not -num_outputs <= index < num_outputs:
                 raise ValueError(f'{name}: out_indices entry {index!r} is out of range; valid '
                                  f'indices are 0..{num_outputs - 1} (or negative from the end)')
             resolved.append(index % num_outputs)

@@ -50,7 +50,7 @@ def build_backbone(spec: str) -> nn.Module:
     family, _, arch = spec.partition(':')
     if family not in FAMILIES or not arch:
         sys.exit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}, got {spec!r}')
-    return MODELS.build(dict(type=FAMILIES[family], arch=arch, drop_path_rate=0.0))
+    return MODELS.build(dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0))
 
 
 class _TrainStep(nn.Module):
@@ -83,14 +83,14 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
             models.update(peers)
         return models
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
+    from mmengine.registry import DefaultScope
     from mmdet.registry import MODELS as DET
     import mmdet.models  # noqa: F401
     cfg = Config.fromfile(args.config)
     cfg.model.backbone.init_cfg = None
     cfg.model.backbone.drop_path_rate = 0.0
-    init_default_scope('mmdet')
-    detector = DET.build(cfg.model)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        detector = DET.build(cfg.model)
     detector.init_weights()
     models = {'ours': _TrainStep(detector, args.batch, size)}
     if args.compare:
