@@ -24,9 +24,21 @@ class Measurement:
         return statistics.median(self.times[mode])
 
 
+def _release_free_heap() -> None:
+    """Give freed heap pages back to the OS (glibc ``malloc_trim``), so the next block's RSS
+    growth is its own peak rather than hidden by memory an earlier run freed but kept."""
+    import ctypes
+    import gc
+    gc.collect()
+    try:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: RSS growth is then a lower bound
+        pass
+
+
 class PeakMemory:
     """Peak memory growth inside the block: CUDA max-allocated, or CPU peak RSS sampled every
-    millisecond by a thread (the allocator's high-water mark is what a user's job would hit)."""
+    millisecond by a thread, after returning freed heap pages to the OS."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -43,6 +55,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
         else:
+            _release_free_heap()
             self._base = self._rss()
             self._max = self._base
             self._stop = threading.Event()
@@ -117,12 +130,25 @@ def measure_interleaved(models: Dict[str, nn.Module], x: torch.Tensor, modes: Se
 
 
 def count_flops(model: nn.Module, x: torch.Tensor, mode: str) -> int:
-    """FLOPs of one run counted by torch's FlopCounterMode (matmuls, convs, attention)."""
+    """FLOPs of one run: the forward counted by torch's FlopCounterMode with attention on its
+    explicit (matmul) path so it is counted, and forward + backward taken as 3x the forward
+    (the usual convention; the counter's convolution-backward formula ignores groups)."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from ..layers import AttentionBase
+    attentions = [m for m in model.modules() if isinstance(m, AttentionBase)]
+    saved = [m.fused for m in attentions]
+    for m in attentions:
+        m.fused = False
     counter = FlopCounterMode(display=False)
-    with counter:
-        run_once(model, x, mode, torch.float32)
-    return int(counter.get_total_flops())
+    try:
+        with counter:
+            run_once(model, x, 'fwd', torch.float32)
+    finally:
+        for m, fused in zip(attentions, saved):
+            m.fused = fused
+    forward = int(counter.get_total_flops())
+    return forward if mode == 'fwd' else 3 * forward
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repeat: int = 10

@@ -106,7 +106,9 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
-    models = {k: m.to(device).train() for k, m in build_models(args).items()}
+    models = build_models(args)
+    for model in models.values():  # mmdet's backbones return None from train()
+        model.to(device).train()
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}
