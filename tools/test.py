@@ -9,11 +9,11 @@ import os
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
-from mmvit_ext.utils.config_checks import missing_data
+from mmvit_ext.utils.config_checks import load_run_config, missing_data
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,12 +38,7 @@ def main() -> None:
     for path in (args.config, args.checkpoint):
         if not osp.isfile(path):
             sys.exit(f'error: file not found: {path}')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_run_config(args.config, args.cfg_options, args.launcher, args.work_dir)
     problems = missing_data(cfg, ('test',))
     if problems:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))

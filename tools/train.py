@@ -14,7 +14,7 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
-from mmvit_ext.utils.config_checks import (missing_data, missing_pretrained,
+from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
 
 
@@ -41,12 +41,7 @@ def parse_args() -> argparse.Namespace:
 def build_config(args: argparse.Namespace) -> Config:
     if not osp.isfile(args.config):
         sys.exit(f'error: config file not found: {args.config}')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_run_config(args.config, args.cfg_options, args.launcher, args.work_dir)
     if args.amp:
         if cfg.optim_wrapper.get('type', 'OptimWrapper') == 'OptimWrapper':
             cfg.optim_wrapper.type = 'AmpOptimWrapper'

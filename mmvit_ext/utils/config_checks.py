@@ -1,6 +1,6 @@
 """Checks of a whole config before a run starts, so mistakes surface as one clear line."""
 import os.path as osp
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from mmengine.config import Config
 
@@ -73,3 +73,16 @@ def neck_channel_mismatch(cfg: Config) -> List[str]:
                 problems.append(f'model.{name}.in_channels={list(given)} does not match the '
                                 f'backbone outputs; use in_channels={channels}')
     return problems
+
+
+def load_run_config(config: str, cfg_options: Optional[dict], launcher: str,
+                    work_dir: Optional[str]) -> Config:
+    """The config of a tools/ run: file, --cfg-options, launcher and work dir (default
+    ``./work_dirs/<config name>``), as tools/train.py and tools/test.py share them."""
+    cfg = Config.fromfile(config)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(
+        './work_dirs', osp.splitext(osp.basename(config))[0])
+    return cfg
