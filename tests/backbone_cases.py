@@ -16,10 +16,32 @@ CASES: Dict[str, List[dict]] = {
         dict(arch='b0'),
         dict(arch=dict(embed_dims=(16, 32, 40, 64), depths=(1, 2, 1, 1), num_heads=(1, 2, 5, 8))),
     ],
+    'DeepViT': [
+        dict(arch='s'),
+        dict(arch='16b', window_size=None),
+        dict(arch='s', out_indices=(3, 7, 11, 15)),
+        dict(arch=dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2,
+                       conv_stem=(8, 8), transform_scale=True, scale_adjustment=0.5),
+             simple_pyramid=False, window_size=2, global_blocks=(3,)),
+    ],
+    'CaiT': [
+        dict(arch='s24'),
+        dict(arch='xxs24', window_size=None, simple_pyramid=False, out_indices=(5, 11, 23)),
+        dict(arch=dict(embed_dims=32, depth=3, num_heads=2, layer_scale=0.1),
+             simple_pyramid=False, window_size=2, global_blocks=(2,)),
+    ],
+    'RefinedViT': [
+        dict(arch='s'),
+        dict(arch='s', global_blocks=(0, 1), window_size=7),
+        dict(arch=dict(embed_dims=32, depth=4, num_heads=2, conv_stem=(8, 8, 16),
+                       mlp_layer_scale=0.1),
+             simple_pyramid=False, window_size=2, global_blocks=(2, 3)),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.
 SMALL = {name: cases[-1] for name, cases in CASES.items()}
 # Presets too heavy for the 513x769 size on a 2-core CPU are marked here.
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
-                 ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3)}
+                 ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),
+                 ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2)}

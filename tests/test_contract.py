@@ -35,7 +35,7 @@ def test_output_shapes_match_contract(name, case, size):
     model = _build(name, **CASES[name][case]).eval()
     with torch.no_grad():
         outs = model(torch.randn(1, 3, *size))
-    assert isinstance(outs, tuple) and len(outs) == len(model.out_indices)
+    assert isinstance(outs, tuple) and len(outs) == len(model.out_channels)
     assert len(model.out_channels) == len(model.strides) == len(outs)
     for out, channels, stride in zip(outs, model.out_channels, model.strides):
         assert out.shape == (1, channels, math.ceil(size[0] / stride), math.ceil(size[1] / stride))
@@ -48,9 +48,9 @@ def test_out_indices_subset_and_negative(name):
     model = _build(name, **SMALL[name], out_indices=(-1, 1)).eval()
     full = _build(name, **SMALL[name]).eval()
     full.load_state_dict(model.state_dict(), strict=False)
-    assert model.out_indices == (1, len(full.out_indices) - 1)  # sorted, shallow to deep
+    assert model.out_indices == (1, full.num_outputs - 1)  # sorted, shallow to deep
     outs = model(torch.randn(1, 3, 64, 64))
-    assert [o.shape[1] for o in outs] == [full.out_channels[1], full.out_channels[-1]]
+    assert [o.shape[1] for o in outs] == [full.level_channels[1], full.level_channels[-1]]
 
 
 @pytest.mark.parametrize('name', sorted(CASES))

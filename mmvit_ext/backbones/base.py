@@ -87,6 +87,8 @@ class BaseBackbone(BaseModule):
         if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'{name}: frozen_stages={frozen_stages!r} is out of range; use -1 '
                              f'(nothing frozen) up to {num_stages} (all stages)')
+        self.num_outputs = num_outputs            # selectable levels / blocks
+        self.level_channels = tuple(channels)     # channels of every selectable output
         self.out_indices = tuple(sorted(resolved))  # outputs always come shallow to deep
         self.out_channels = tuple(channels[i] for i in self.out_indices)
         self.strides = tuple(strides[i] for i in self.out_indices)

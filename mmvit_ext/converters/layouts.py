@@ -39,6 +39,3 @@ def detect_layouts(state_dict: StateDict) -> List[Layout]:
 # Layouts recognised for error messages; their families register converters in their own modules.
 register_layout('Swin in mmdet/mmseg layout', 'swin',
                 r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.relative_position_bias_table$')
-register_layout('official CaiT (facebookresearch/deit)', 'cait', r'^blocks_token_only\.0\.')
-register_layout('official DeepViT (zhoudaquan/dvit_repo)', 'deepvit',
-                r'^blocks\.\d+\.attn\.reatten_matrix\.weight$')

@@ -64,8 +64,10 @@ def load_pretrained(model: nn.Module, path: PathLike, prefix: Optional[str] = No
 
     own = model.state_dict()
     non_persistent = {name for name, _ in model.named_buffers()} - set(own)
-    report.dropped = sorted(k for k in state_dict if k in non_persistent)
-    state_dict = {k: v for k, v in state_dict.items() if k not in non_persistent}
+    unused = getattr(model, 'unused_checkpoint_keys', None)
+    unused = set(unused(list(state_dict))) if unused is not None else set()
+    report.dropped = sorted(k for k in state_dict if k in non_persistent or k in unused)
+    state_dict = {k: v for k, v in state_dict.items() if k not in non_persistent and k not in unused}
     if not set(state_dict) & set(own):
         raise CheckpointError(
             f'checkpoint {path} shares no key with {type(model).__name__} (layout not recognised); '

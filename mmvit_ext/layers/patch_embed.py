@@ -43,3 +43,41 @@ class PatchEmbed(nn.Module):
         x = self.proj(x)
         hw = (x.shape[2], x.shape[3])
         return self.norm(x.flatten(2).transpose(1, 2)), hw
+
+
+class ConvStemEmbed(nn.Module):
+    """Convolutional stem (DeepViT-S/L, Refined-ViT; after T2T-ViT) -> tokens at ``patch_size``.
+
+    A 7x7 stride-2 conv, then 3x3 convs (each conv + BatchNorm + ReLU) through ``channels``, then a
+    (patch/2) x (patch/2) projection. The input is zero-padded to a multiple of ``patch_size`` so
+    the grid is ``ceil(H / patch_size)``, like :class:`PatchEmbed`.
+    """
+
+    def __init__(self, in_channels: int = 3, embed_dims: int = 384, patch_size: int = 16,
+                 channels: Tuple[int, ...] = (64, 64)) -> None:
+        super().__init__()
+        if patch_size % 2 or not channels:
+            raise ValueError(f'ConvStemEmbed needs an even patch_size and at least one stem '
+                             f'channel, got patch_size={patch_size}, channels={channels}')
+        self.in_channels = in_channels
+        self.patch_size = to_2tuple(patch_size)
+        self.num_convs = len(channels)
+        prev = in_channels
+        for i, width in enumerate(channels, start=1):
+            kernel = 7 if i == 1 else 3
+            conv = nn.Conv2d(prev, width, kernel, stride=2 if i == 1 else 1, padding=kernel // 2,
+                             bias=False)
+            self.add_module(f'conv{i}', conv)
+            self.add_module(f'bn{i}', nn.BatchNorm2d(width))
+            prev = width
+        self.proj = nn.Conv2d(prev, embed_dims, patch_size // 2, stride=patch_size // 2)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        pad_h = -x.shape[2] % self.patch_size[0]
+        pad_w = -x.shape[3] % self.patch_size[1]
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        for i in range(1, self.num_convs + 1):
+            x = F.relu(getattr(self, f'bn{i}')(getattr(self, f'conv{i}')(x)))
+        x = self.proj(x)
+        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])

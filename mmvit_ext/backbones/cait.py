@@ -1,0 +1,73 @@
+"""CaiT (Touvron et al., 2021): LayerScale on every residual branch, talking-heads attention in
+the trunk, and class-attention blocks that read the class token out of the frozen patch tokens."""
+from functools import partial
+from typing import List, Optional, Union
+
+from torch import nn
+
+from ..layers import PRE_SOFTMAX, POST_SOFTMAX, PatchEmbed, TalkingHeads
+from ..registry import MODELS
+from .plain_vit import ClassAttentionBlock, PlainViTBase, ViTBlock, plain_attention
+
+
+def _cait(dim: int, depth: int, heads: int, layer_scale: float) -> dict:
+    return dict(embed_dims=dim, depth=depth, num_heads=heads, mlp_ratio=4, layer_scale=layer_scale,
+                cls_depth=2)
+
+
+@MODELS.register_module()
+class CaiT(PlainViTBase):
+    """CaiT backbone on the plain-ViT trunk (see :class:`PlainViTBase` for the dense options).
+
+    The position embedding has no class-token slot and the class token only enters the two
+    class-attention blocks, which exist with ``out_type='cls_token'`` (the classifier).
+
+    Args:
+        arch: ``xxs24 xxs36 xs24 s24 s36 m36 m48`` (aliases ``cait_s24`` ...) or a dict with
+            ``embed_dims``, ``depth``, ``num_heads`` and optional ``mlp_ratio``, ``layer_scale``
+            (LayerScale init), ``cls_depth`` (class-attention blocks).
+        drop_path_rate: the same rate in every trunk block, as in the official model.
+    """
+
+    family = 'cait'
+    num_prefix_tokens = 0
+    arch_zoo = {
+        **dict.fromkeys(['xxs24', 'cait_xxs24'], _cait(192, 24, 4, 1e-5)),
+        **dict.fromkeys(['xxs36', 'cait_xxs36'], _cait(192, 36, 4, 1e-5)),
+        **dict.fromkeys(['xs24', 'cait_xs24'], _cait(288, 24, 6, 1e-5)),
+        **dict.fromkeys(['s24', 'cait_s24'], _cait(384, 24, 8, 1e-5)),
+        **dict.fromkeys(['s36', 'cait_s36'], _cait(384, 36, 8, 1e-6)),
+        **dict.fromkeys(['m36', 'cait_m36'], _cait(768, 36, 16, 1e-6)),
+        **dict.fromkeys(['m48', 'cait_m48'], _cait(768, 48, 16, 1e-6)),
+    }
+    essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
+    optional_keys = frozenset({'mlp_ratio', 'layer_scale', 'cls_depth'})
+
+    def __init__(self, arch: Union[str, dict] = 's24', **kwargs) -> None:
+        super().__init__(arch, **kwargs)
+
+    @staticmethod
+    def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:
+        if not 0.0 <= drop_path_rate < 1.0:
+            raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate}')
+        return [drop_path_rate] * depth
+
+    def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
+        return PatchEmbed(in_channels, self.embed_dims, self.patch_size)
+
+    def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
+        dim, heads = self.embed_dims, settings['num_heads']
+        talking_heads = [TalkingHeads(heads, PRE_SOFTMAX), TalkingHeads(heads, POST_SOFTMAX)]
+        attn = plain_attention(dim, heads, common, self.fused_attn, talking_heads)
+        layer_scale = settings.get('layer_scale', 1e-5)
+        return ViTBlock(dim, attn, settings.get('mlp_ratio', 4), common['window_size'],
+                        common['drop'], common['drop_path'], layer_scale=layer_scale,
+                        mlp_layer_scale=layer_scale, norm_layer=partial(nn.LayerNorm, eps=1e-6))
+
+    def build_cls_head(self, settings: dict, drop: float, attn_drop: float,
+                       drop_path: float) -> Optional[nn.ModuleList]:
+        return nn.ModuleList(
+            ClassAttentionBlock(self.embed_dims, settings['num_heads'],
+                                settings.get('mlp_ratio', 4), settings.get('layer_scale', 1e-5),
+                                fused_attn=self.fused_attn)
+            for _ in range(settings.get('cls_depth', 2)))

@@ -1,0 +1,360 @@
+"""The plain-ViT trunk shared by DeepViT, CaiT and Refined-ViT, made a dense-prediction backbone.
+
+A family subclass only says how to build its patch embedding and its blocks (which attention,
+which map transforms, LayerScale, residual scaling). This base adds what detection and
+segmentation need: any input size (position embeddings resized and cached per size), window
+attention in most blocks with global attention in a few (ViTDet), and a simple feature pyramid
+that turns the stride-16 tokens into four maps at strides 4/8/16/32. With ``out_type='cls_token'``
+the model is the official classifier trunk (class token, global attention everywhere) and returns
+the normalised class token, for mmpretrain classifiers and parity checks.
+"""
+import math
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..converters.layouts import StateDict
+from ..layers import (Attention, AttentionBase, DropPath, LayerScale, Mlp, init_linear_and_norm,
+                      linear_drop_path_rates, pad_to_windows, resize_pos_embed, window_partition, window_reverse)
+from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
+from .base import BaseBackbone
+
+Size2 = Tuple[int, int]
+OUT_TYPES = ('featmap', 'cls_token')
+
+
+class ViTBlock(nn.Module):
+    """Pre-norm transformer block, optionally inside non-overlapping windows.
+
+    ``x + drop_path(ls1(attn(norm1(x * a)))) / a`` then the same with the MLP; ``a`` is the
+    official DeepViT/Refiner ``scale_adjustment`` (1 elsewhere). The attention either returns a
+    tensor, or ``(tensor, map)`` when ``attn.returns_map`` (Refiner passes maps between blocks).
+
+    Args:
+        dim: token channels.
+        attn: the attention module, built by the family.
+        mlp_ratio: MLP hidden width over ``dim``.
+        window_size: square window side in tokens; ``None`` for global attention.
+        layer_scale / mlp_layer_scale: LayerScale init on the two branches (``None``: none).
+        scale_adjustment: ``a`` above.
+    """
+
+    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0,
+                 window_size: Optional[int] = None, drop: float = 0.0, drop_path: float = 0.0,
+                 layer_scale: Optional[float] = None, mlp_layer_scale: Optional[float] = None,
+                 scale_adjustment: float = 1.0,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
+        super().__init__()
+        self.window_size = window_size
+        self.scale_adjustment = scale_adjustment
+        self.norm1 = norm_layer(dim)
+        self.attn = attn
+        self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
+        self.ls2 = LayerScale(dim, mlp_layer_scale) if mlp_layer_scale else nn.Identity()
+
+    def _attend(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor]):
+        if self.window_size is None:
+            return self._call_attn(x, prev_map)
+        b, n, c = x.shape
+        h, w = hw
+        window = (min(self.window_size, h), min(self.window_size, w))
+        grid = pad_to_windows(x.view(b, h, w, c), window)
+        hp, wp = grid.shape[1:3]
+        out, attn_map = self._call_attn(window_partition(grid, window), prev_map)
+        out = window_reverse(out, window, hp, wp)
+        if hp != h or wp != w:
+            out = out[:, :h, :w]
+        return out.reshape(b, n, c), attn_map
+
+    def _call_attn(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]):
+        if getattr(self.attn, 'returns_map', False):
+            return self.attn(x, prev_map)
+        return self.attn(x), None
+
+    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        a = self.scale_adjustment
+        out, attn_map = self._attend(self.norm1(x * a if a != 1 else x), hw, prev_map)
+        x = x + self.drop_path(self.ls1(out)) / a
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x * a if a != 1 else x)))) / a
+        return x, attn_map
+
+
+class PlainViTBase(BaseBackbone):
+    """Contract, windows, pyramid and position embeddings for the plain-ViT families.
+
+    Subclasses set ``family``, ``arch_zoo``, the key sets, ``num_prefix_tokens`` (class-token
+    slots in the official ``pos_embed``) and implement :meth:`build_patch_embed` and
+    :meth:`build_block`; CaiT adds class-attention blocks through :meth:`build_cls_head`.
+
+    Args:
+        arch: preset name / alias, or a dict with the family's keys.
+        img_size: pretraining image size; the position-embedding grid is ``img_size / patch``.
+        out_type: ``'featmap'`` (dense NCHW maps) or ``'cls_token'`` (the classifier trunk: one
+            (B, C) tensor, the normalised class token).
+        out_indices: block indices whose tokens are output (negative from the end). With the
+            pyramid, one index gives all four levels from that block (ViTDet), four indices one
+            level each (BEiT / mmseg multi-level).
+        simple_pyramid: resample to strides 4/8/16/32; off: stride-16 maps, one per index.
+        window_size: window side in tokens for the windowed blocks; ``None`` for global attention
+            everywhere (as the classifiers are pretrained).
+        global_blocks: blocks that keep global attention when windows are on; ``None`` picks
+            four evenly spaced blocks (the family may adjust them).
+        frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
+            first k blocks.
+        fused_attn: use the fused SDPA kernel in blocks without map transforms.
+    """
+
+    num_prefix_tokens = 1
+    default_patch_size = 16
+
+    def __init__(self, arch: Union[str, dict], img_size: int = 224, in_channels: int = 3,
+                 out_type: str = 'featmap', out_indices: Union[int, Sequence[int]] = (-1,),
+                 simple_pyramid: bool = True, window_size: Optional[int] = 14,
+                 global_blocks: Optional[Sequence[int]] = None, drop_rate: float = 0.0,
+                 attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None
+                 ) -> None:
+        super().__init__(init_cfg=init_cfg)
+        name = type(self).__name__
+        self.arch_settings = settings = self.resolve_arch(arch)
+        dim, depth = int(settings['embed_dims']), int(settings['depth'])
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'{name}: out_type must be one of {OUT_TYPES}, got {out_type!r}')
+        if not isinstance(in_channels, int) or in_channels <= 0:
+            raise ValueError(f'{name}: in_channels must be a positive int, got {in_channels!r}')
+        patch = int(settings.get('patch_size', self.default_patch_size))
+        if not isinstance(img_size, int) or img_size < patch or img_size % patch:
+            raise ValueError(f'{name}: img_size must be a positive multiple of the patch size '
+                             f'{patch}, got {img_size!r}')
+        self.embed_dims, self.depth, self.patch_size = dim, depth, patch
+        self.out_type = out_type
+        self.in_channels = in_channels
+        self.min_input_size = patch
+        self.fused_attn = fused_attn
+        classify = out_type == 'cls_token'
+        if classify:
+            window_size, simple_pyramid, out_indices = None, False, (-1,)
+        self.window_size = self._check_window(window_size)
+        self.global_blocks = self._resolve_global_blocks(global_blocks)
+        self.simple_pyramid = simple_pyramid
+        self._set_contract(out_indices, depth, [dim] * depth, [patch] * depth, frozen_stages,
+                           depth, norm_eval, with_cp)
+        if simple_pyramid:
+            if len(self.out_indices) not in (1, len(PYRAMID_SCALES)):
+                raise ValueError(f'{name}: with simple_pyramid=True, out_indices must name 1 block '
+                                 f'(ViTDet) or {len(PYRAMID_SCALES)} blocks (one per level), got '
+                                 f'{tuple(out_indices)}; or set simple_pyramid=False')
+            if patch != 16:
+                raise ValueError(f'{name}: the simple pyramid expects patch 16, got {patch}')
+            self.out_channels = tuple(pyramid_channels(dim))
+            self.strides = (4, 8, 16, 32)
+        elif classify:
+            self.out_channels, self.strides = (dim,), ()
+
+        self.grid_size = (img_size // patch, img_size // patch)
+        self.patch_embed = self.build_patch_embed(settings, in_channels)
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + math.prod(
+            self.grid_size), dim))
+        self.pos_drop = nn.Dropout(drop_rate) if drop_rate > 0 else nn.Identity()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if classify else None
+        rates = self.drop_path_rates(drop_path_rate, depth)
+        self.blocks = nn.ModuleList(
+            self.build_block(i, settings, dict(
+                drop=drop_rate, attn_drop=attn_drop_rate, drop_path=rates[i],
+                window_size=None if i in self.global_blocks else self.window_size))
+            for i in range(depth))
+        self.cls_blocks = self.build_cls_head(settings, drop_rate, attn_drop_rate,
+                                              drop_path_rate) if classify else None
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pyramid = SimplePyramid(dim) if simple_pyramid else None
+        self._pos_cache: Dict[Any, torch.Tensor] = {}
+        self.init_parameters()
+        self._freeze_stages()
+
+    # ---- family hooks ------------------------------------------------------------------------
+    def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
+        raise NotImplementedError
+
+    def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
+        """Block ``index``; ``common`` holds drop, attn_drop, drop_path and window_size."""
+        raise NotImplementedError
+
+    def build_cls_head(self, settings: dict, drop: float, attn_drop: float,
+                       drop_path: float) -> Optional[nn.ModuleList]:
+        """Blocks that produce the class token after the trunk (CaiT); ``None``: the class token
+        runs through the trunk."""
+        return None
+
+    @staticmethod
+    def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:
+        return linear_drop_path_rates(drop_path_rate, depth)
+
+    def default_global_blocks(self) -> List[int]:
+        """Four evenly spaced blocks, the last of each quarter (ViTDet: 2, 5, 8, 11 of 12)."""
+        return sorted({(i + 1) * self.depth // 4 - 1 for i in range(4)} - {-1})
+
+    # ---- arguments ---------------------------------------------------------------------------
+    def _check_window(self, window_size: Optional[int]) -> Optional[int]:
+        if window_size is None:
+            return None
+        if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size <= 0:
+            raise ValueError(f'{type(self).__name__}: window_size must be a positive int (tokens '
+                             f'per window side) or None for global attention, got {window_size!r}')
+        return window_size
+
+    def _resolve_global_blocks(self, global_blocks: Optional[Sequence[int]]) -> Tuple[int, ...]:
+        if self.window_size is None:
+            return tuple(range(self.depth))
+        if global_blocks is None:
+            return tuple(self.default_global_blocks())
+        resolved = []
+        for index in global_blocks:
+            if not isinstance(index, int) or not -self.depth <= index < self.depth:
+                raise ValueError(f'{type(self).__name__}: global_blocks entry {index!r} is not a '
+                                 f'block index; valid: 0..{self.depth - 1} (or negative)')
+            resolved.append(index % self.depth)
+        return tuple(sorted(set(resolved)))
+
+    # ---- weights -----------------------------------------------------------------------------
+    def init_parameters(self) -> None:
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.apply(init_linear_and_norm)
+
+    def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
+        """Resize a checkpoint's position embedding from its grid to ours."""
+        state_dict, resized = super().adapt_state_dict(state_dict)
+        value = state_dict.get('pos_embed')
+        prefix = self.num_prefix_tokens
+        if value is not None and value.shape != self.pos_embed.shape:
+            side = math.isqrt(value.shape[1] - prefix)
+            if side * side == value.shape[1] - prefix and value.shape[-1] == self.embed_dims:
+                state_dict['pos_embed'] = resize_pos_embed(value, (side, side), self.grid_size,
+                                                           num_prefix_tokens=prefix)
+                resized.append('pos_embed')
+        return state_dict, resized
+
+    def unused_checkpoint_keys(self, keys: Sequence[str]) -> List[str]:
+        """Classifier-only keys a dense model does not have (class token, class-attention
+        blocks): dropped on load and reported as such."""
+        if self.out_type == 'cls_token':
+            return []
+        return [k for k in keys if k == 'cls_token' or k.startswith('cls_blocks.')]
+
+    # ---- training behaviour ------------------------------------------------------------------
+    def frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        return [self.patch_embed, *self.blocks[:self.frozen_stages]]
+
+    def frozen_parameters(self) -> List[nn.Parameter]:
+        return [p for p in (self.pos_embed, self.cls_token) if p is not None]
+
+    # ---- forward -----------------------------------------------------------------------------
+    def pos_embed_for(self, hw: Size2) -> torch.Tensor:
+        """The position embedding resized to the ``hw`` grid (cached per size outside training)."""
+        if tuple(hw) == self.grid_size:
+            return self.pos_embed
+        if torch.is_grad_enabled() and self.pos_embed.requires_grad:
+            return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
+        key = (tuple(hw), self.pos_embed._version, self.pos_embed.data_ptr(),
+               self.pos_embed.dtype, self.pos_embed.device)
+        if key not in self._pos_cache:
+            if len(self._pos_cache) > 32:
+                self._pos_cache.clear()
+            self._pos_cache[key] = resize_pos_embed(self.pos_embed.detach(), self.grid_size, hw,
+                                                    self.num_prefix_tokens)
+        return self._pos_cache[key]
+
+    def forward_cls_token(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Trunk output -> normalised class token (B, C)."""
+        if self.cls_blocks is None:
+            return self.norm(tokens)[:, 0]
+        cls = self.cls_token.expand(tokens.shape[0], -1, -1)
+        for block in self.cls_blocks:
+            cls = self.run_block(block, cls, tokens)
+        return self.norm(cls)[:, 0]
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
+        height, width = x.shape[2:]
+        tokens, hw = self.patch_embed(x)
+        pos = self.pos_embed_for(hw)
+        prefix = self.num_prefix_tokens
+        tokens = tokens + pos[:, prefix:]
+        cls_in_trunk = self.cls_token is not None and self.cls_blocks is None
+        if cls_in_trunk:
+            cls = self.cls_token.expand(tokens.shape[0], -1, -1) + pos[:, :prefix]
+            tokens = torch.cat([cls, tokens], dim=1)
+        tokens = self.pos_drop(tokens)
+        attn_map, feats = None, []
+        last = self.depth - 1 if self.out_type == 'cls_token' else self.out_indices[-1]
+        for i, block in enumerate(self.blocks[:last + 1]):
+            tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
+            if i in self.out_indices:
+                feats.append(self.norm(tokens) if i == self.depth - 1 else tokens)
+        if self.out_type == 'cls_token':
+            return (self.forward_cls_token(tokens),)
+        b = tokens.shape[0]
+        maps = [f.transpose(1, 2).reshape(b, self.embed_dims, *hw) for f in feats]
+        if self.pyramid is None:
+            return tuple(maps)
+        if len(maps) == 1:
+            maps = maps * len(PYRAMID_SCALES)
+        sizes = [(math.ceil(height / s), math.ceil(width / s)) for s in self.strides]
+        return tuple(self.pyramid(maps, sizes))
+
+
+class ClassAttention(AttentionBase):
+    """CaiT class attention: the class token (B, 1, C) attends to [class token, patch tokens]."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, fused: bool = True) -> None:
+        super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused)
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k = nn.Linear(dim, dim, bias=qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q(x[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        return self.attend(q, k, v)
+
+
+class ClassAttentionBlock(nn.Module):
+    """``cls += ls1(class_attn(norm1([cls, x])))``; ``cls += ls2(mlp(norm2(cls)))``."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, layer_scale: float,
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
+                 fused_attn: bool = True) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ClassAttention(dim, num_heads, attn_drop=attn_drop, proj_drop=drop,
+                                   fused=fused_attn)
+        self.ls1 = LayerScale(dim, layer_scale)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.ls2 = LayerScale(dim, layer_scale)
+
+    def forward(self, cls: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        joint = torch.cat([cls, tokens], dim=1)
+        cls = cls + self.drop_path(self.ls1(self.attn(self.norm1(joint))))
+        return cls + self.drop_path(self.ls2(self.mlp(self.norm2(cls))))
+
+
+def plain_attention(dim: int, num_heads: int, common: dict, fused: bool,
+                    map_transforms: Sequence[nn.Module] = ()) -> Attention:
+    """The trunk's qkv attention with optional map transforms."""
+    return Attention(dim, num_heads, qkv_bias=True, attn_drop=common['attn_drop'],
+                     proj_drop=common['drop'], map_transforms=map_transforms, fused=fused)

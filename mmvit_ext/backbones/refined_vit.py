@@ -1,0 +1,119 @@
+"""Refined-ViT (Zhou et al., 2021): the Refiner expands the attention heads, convolves every
+expanded map locally (distributed local attention) and reduces them back; in the official models
+every second block reuses the previous block's map through the Refiner instead of computing one."""
+from functools import partial
+from typing import List, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import AttentionBase, ConvStemEmbed, RefinerMap
+from ..registry import MODELS
+from .plain_vit import PlainViTBase, ViTBlock
+
+
+class RefinerAttention(AttentionBase):
+    """Refined-ViT attention over (*batch, N, C) tokens; returns ``(out, map for the next block)``.
+
+    A computing block (``shared=False``) forms ``softmax(q k^T * scale)`` plus ``scale`` times the
+    map handed over by the previous pair (the official residual map connection) and hands it on.
+    A shared block refines the received map with :class:`RefinerMap`, applies it to its values and
+    hands the received map on unchanged.
+    """
+
+    returns_map = True
+
+    def __init__(self, dim: int, num_heads: int, shared: bool, expand_ratio: float = 3,
+                 kernel_size: int = 3, qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0) -> None:
+        super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused=False)
+        self.shared = shared
+        if shared:
+            self.v = nn.Linear(dim, dim, bias=qkv_bias)
+            self.refine = RefinerMap(num_heads, expand_ratio, kernel_size, scale=self.scale)
+        else:
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+
+    def forward(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        *batch, n, _ = x.shape
+        if self.shared:
+            if prev_map is None or prev_map.shape[-1] != n or prev_map.shape[:-3] != tuple(batch):
+                raise RuntimeError('RefinerAttention: a shared block needs the map of the block '
+                                   'before it, over the same tokens/windows')
+            attn = self.attn_map(self.refine(prev_map))
+            v = self.v(x).reshape(*batch, n, self.num_heads, self.head_dim).transpose(-3, -2)
+            handed_on = prev_map
+        else:
+            qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)
+            logits = (q * self.scale) @ k.transpose(-2, -1)
+            attn = logits.float().softmax(dim=-1).to(q.dtype)
+            if prev_map is not None and prev_map.shape == attn.shape:
+                attn = attn + prev_map * self.scale
+            attn = self.attn_map(attn)
+            handed_on = attn
+        if self.training and self.attn_drop > 0:
+            attn = F.dropout(attn, p=self.attn_drop)
+        out = (attn @ v).transpose(-3, -2).flatten(-2)
+        return self.proj_drop(self.proj(out)), handed_on
+
+
+@MODELS.register_module()
+class RefinedViT(PlainViTBase):
+    """Refined-ViT backbone on the plain-ViT trunk (see :class:`PlainViTBase` for dense options).
+
+    Blocks alternate computing / shared (official ``[False, True] * n``); a shared block must use
+    the same windows as the block before it, so by default the global blocks come in pairs.
+
+    Args:
+        arch: ``s m l`` (dim 384/420/512, depth 16/32/32, heads 12/12/16, MLP 3) or a dict with
+            ``embed_dims``, ``depth``, ``num_heads`` and optional ``mlp_ratio``, ``expand_ratio``,
+            ``kernel_size``, ``conv_stem``, ``scale_adjustment``, ``mlp_layer_scale``.
+    """
+
+    family = 'refiner'
+    _base = dict(mlp_ratio=3, expand_ratio=3, kernel_size=3, conv_stem=(32, 64, 128),
+                 scale_adjustment=0.5, mlp_layer_scale=1e-5)
+    arch_zoo = {
+        **dict.fromkeys(['s', 'small', 'refiner_vit_s'],
+                        dict(_base, embed_dims=384, depth=16, num_heads=12)),
+        **dict.fromkeys(['m', 'medium', 'refiner_vit_m'],
+                        dict(_base, embed_dims=420, depth=32, num_heads=12)),
+        **dict.fromkeys(['l', 'large', 'refiner_vit_l'],
+                        dict(_base, embed_dims=512, depth=32, num_heads=16)),
+    }
+    del _base
+    essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
+    optional_keys = frozenset({'mlp_ratio', 'expand_ratio', 'kernel_size', 'conv_stem',
+                               'scale_adjustment', 'mlp_layer_scale'})
+
+    def __init__(self, arch: Union[str, dict] = 's', **kwargs) -> None:
+        super().__init__(arch, **kwargs)
+        for i in range(1, self.depth, 2):  # shared blocks reuse block i-1's map
+            if (i in self.global_blocks) != (i - 1 in self.global_blocks):
+                raise ValueError(f'RefinedViT: block {i} reuses the attention map of block {i - 1}, '
+                                 f'so both must be global or both windowed; global_blocks='
+                                 f'{self.global_blocks}')
+
+    def default_global_blocks(self) -> List[int]:
+        """Two computing/shared pairs: the middle one and the last one."""
+        half = self.depth // 2 - self.depth // 2 % 2
+        return sorted({half - 2, half - 1, self.depth - 2, self.depth - 1} & set(range(self.depth)))
+
+    def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
+        return ConvStemEmbed(in_channels, self.embed_dims, self.patch_size,
+                             tuple(settings.get('conv_stem', (32, 64, 128))))
+
+    def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
+        dim, heads = self.embed_dims, settings['num_heads']
+        attn = RefinerAttention(dim, heads, shared=index % 2 == 1,
+                                expand_ratio=settings.get('expand_ratio', 3),
+                                kernel_size=settings.get('kernel_size', 3),
+                                attn_drop=common['attn_drop'], proj_drop=common['drop'])
+        return ViTBlock(dim, attn, settings.get('mlp_ratio', 3), common['window_size'],
+                        common['drop'], common['drop_path'],
+                        mlp_layer_scale=settings.get('mlp_layer_scale', 1e-5),
+                        scale_adjustment=settings.get('scale_adjustment', 0.5),
+                        norm_layer=partial(nn.LayerNorm, eps=1e-6))

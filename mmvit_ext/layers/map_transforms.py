@@ -1,0 +1,97 @@
+"""Attention-map transforms of the deep-ViT papers, each acting on (..., H, N, M) maps.
+
+* :class:`ReAttention` (DeepViT): a learnable H x H mixing of the post-softmax maps (a 1x1 conv
+  over heads), BatchNorm over heads, times ``scale``.
+* :class:`TalkingHeads` (CaiT): a linear H x H head mixing, before (logits) or after the softmax.
+* :class:`RefinerMap` (Refined-ViT): expand H maps to r*H (1x1 conv), a depthwise k x k conv on
+  every expanded map (distributed local attention), reduce back to H (1x1 conv), residual, then
+  BatchNorm over heads and ``scale``.
+
+Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform
+
+
+def _fold(attn: torch.Tensor) -> torch.Tensor:
+    """(..., H, N, M) -> (prod(...), H, N, M) for the 2-D conv / batch-norm layers."""
+    return attn.reshape(-1, *attn.shape[-3:])
+
+
+class ReAttention(MapTransform):
+    """DeepViT re-attention: ``BN(Theta^T attn) * scale`` (Zhou et al., 2021, Eq. 3).
+
+    Args:
+        num_heads: H.
+        scale: output gain; the official ``transform_scale`` models use head_dim ** -0.5.
+    """
+
+    stage = POST_SOFTMAX
+
+    def __init__(self, num_heads: int, scale: float = 1.0) -> None:
+        super().__init__()
+        self.mix = nn.Conv2d(num_heads, num_heads, kernel_size=1)
+        self.norm = nn.BatchNorm2d(num_heads)
+        self.scale = scale
+
+    def forward(self, attn: torch.Tensor) -> torch.Tensor:
+        out = self.norm(self.mix(_fold(attn))) * self.scale
+        return out.reshape(attn.shape)
+
+
+class TalkingHeads(MapTransform):
+    """CaiT talking heads: a linear map over the head axis, ``out_g = sum_h W[g, h] a_h + b_g``."""
+
+    def __init__(self, num_heads: int, stage: str = PRE_SOFTMAX) -> None:
+        super().__init__()
+        if stage not in (PRE_SOFTMAX, POST_SOFTMAX):
+            raise ValueError(f'TalkingHeads: stage must be {PRE_SOFTMAX!r} or {POST_SOFTMAX!r}, '
+                             f'got {stage!r}')
+        self.stage = stage
+        self.proj = nn.Linear(num_heads, num_heads)
+
+    def forward(self, attn: torch.Tensor) -> torch.Tensor:
+        return self.proj(attn.movedim(-3, -1)).movedim(-1, -3)
+
+
+class RefinerMap(MapTransform):
+    """Refiner: expansion, distributed local attention, reduction, residual; BN and ``scale``.
+
+    Args:
+        num_heads: H.
+        expand_ratio: r; the expanded map count is ``round(r * H)`` (r = 1 skips the expansion).
+        kernel_size: k of the depthwise convolution over every N x M map ("same" padding).
+        scale: output gain (the official shared-map blocks use head_dim ** -0.5).
+    """
+
+    stage = POST_SOFTMAX
+
+    def __init__(self, num_heads: int, expand_ratio: float = 3, kernel_size: int = 3,
+                 scale: float = 1.0) -> None:
+        super().__init__()
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f'RefinerMap: kernel_size must be a positive odd int, got {kernel_size}')
+        hidden = round(num_heads * expand_ratio)
+        self.expand = expand_ratio != 1
+        if self.expand:
+            self.conv_exp = nn.Conv2d(num_heads, hidden, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(hidden)
+        self.depth_sep_conv = nn.Conv2d(hidden, hidden, kernel_size, padding=kernel_size // 2,
+                                        groups=hidden, bias=False)
+        self.bn2 = nn.BatchNorm2d(hidden)
+        self.conv_pro = nn.Conv2d(hidden, num_heads, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(num_heads)
+        self.adapt_bn = nn.BatchNorm2d(num_heads)
+        self.scale = scale
+
+    def forward(self, attn: torch.Tensor) -> torch.Tensor:
+        maps = _fold(attn)
+        x = maps
+        if self.expand:
+            x = F.relu6(self.bn1(self.conv_exp(x)))
+        x = F.relu6(self.bn2(self.depth_sep_conv(x)))
+        x = self.bn3(self.conv_pro(x)) + maps
+        return (self.adapt_bn(x) * self.scale).reshape(attn.shape)

@@ -1,0 +1,249 @@
+"""DeepViT, CaiT and Refined-ViT: map transforms, official layouts, parity, dense options."""
+import pytest
+import torch
+from torch import nn
+
+from mmvit_ext.backbones import CaiT, DeepViT, RefinedViT
+from mmvit_ext.converters import (convert_official_cait, convert_official_deepvit,
+                                  convert_official_refiner, export_official_cait,
+                                  export_official_deepvit, export_official_refiner,
+                                  save_state_dict)
+from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, ReAttention, RefinerMap,
+                              TalkingHeads)
+
+TINY = {
+    DeepViT: dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2, conv_stem=(8, 8),
+                  transform_scale=True, scale_adjustment=0.5),
+    CaiT: dict(embed_dims=32, depth=3, num_heads=2, layer_scale=0.1),
+    RefinedViT: dict(embed_dims=32, depth=4, num_heads=2, conv_stem=(8, 8, 16),
+                     mlp_layer_scale=0.1),
+}
+CONVERTERS = {DeepViT: (convert_official_deepvit, export_official_deepvit),
+              CaiT: (convert_official_cait, export_official_cait),
+              RefinedViT: (convert_official_refiner, export_official_refiner)}
+
+
+def _randomise(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Every parameter and BatchNorm statistic random, so no branch hides behind its init."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+            if name.endswith(('norm.weight', 'norm1.weight', 'norm2.weight')):
+                param.add_(1.0)
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.running_mean.copy_(torch.randn(module.num_features, generator=gen) * 0.1)
+                module.running_var.copy_(torch.rand(module.num_features, generator=gen) + 0.5)
+    return model
+
+
+# ---- map transforms ---------------------------------------------------------------------------
+def _identity_reattention(heads):
+    transform = ReAttention(heads).eval()
+    with torch.no_grad():
+        transform.mix.weight.copy_(torch.eye(heads).view(heads, heads, 1, 1))
+        transform.mix.bias.zero_()
+    transform.norm.running_var.fill_(1.0 - transform.norm.eps)  # var + eps == 1 exactly
+    return transform
+
+
+def _identity_talking_heads(heads, stage):
+    transform = TalkingHeads(heads, stage)
+    with torch.no_grad():
+        transform.proj.weight.copy_(torch.eye(heads))
+        transform.proj.bias.zero_()
+    return transform
+
+
+def _identity_refiner(heads):
+    transform = RefinerMap(heads, expand_ratio=3, kernel_size=3).eval()
+    with torch.no_grad():
+        transform.conv_pro.weight.zero_()
+        transform.bn3.bias.zero_()
+    transform.adapt_bn.running_var.fill_(1.0 - transform.adapt_bn.eps)
+    return transform
+
+
+@pytest.mark.parametrize('make', [
+    _identity_reattention, _identity_refiner,
+    lambda h: _identity_talking_heads(h, PRE_SOFTMAX),
+    lambda h: _identity_talking_heads(h, POST_SOFTMAX),
+])
+@pytest.mark.parametrize('batch', [(2,), (2, 3)])  # plain, and windows (B, nW)
+def test_identity_transform_is_plain_attention(make, batch):
+    torch.manual_seed(0)
+    plain = Attention(16, 4).eval()
+    transformed = Attention(16, 4, map_transforms=[make(4)]).eval()
+    transformed.load_state_dict(plain.state_dict(), strict=False)
+    x = torch.randn(*batch, 9, 16)
+    torch.testing.assert_close(transformed(x), plain(x), atol=1e-5, rtol=0)
+
+
+def test_talking_heads_mix_heads_like_a_linear_layer():
+    transform = TalkingHeads(3)
+    attn = torch.randn(2, 3, 5, 5)
+    expected = torch.einsum('gh,bhnm->bgnm', transform.proj.weight, attn) \
+        + transform.proj.bias.view(1, 3, 1, 1)
+    torch.testing.assert_close(transform(attn), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_refiner_conv_is_local_on_the_map():
+    """A 3x3 depthwise conv: changing one map entry changes only its 3x3 neighbourhood."""
+    transform = _randomise(RefinerMap(2, expand_ratio=3, kernel_size=3)).eval()
+    attn = torch.rand(1, 2, 8, 8)
+    changed = attn.clone()
+    changed[..., 4, 4] += 1.0
+    delta = (transform(changed) - transform(attn)).abs().sum(dim=(0, 1))
+    assert delta[3:6, 3:6].min() > 0
+    delta[3:6, 3:6] = 0
+    assert delta.max() == 0
+
+
+# ---- official layouts -------------------------------------------------------------------------
+@pytest.mark.parametrize('cls', [DeepViT, CaiT, RefinedViT])
+def test_converter_roundtrip_and_idempotence(cls):
+    convert, export = CONVERTERS[cls]
+    model = cls(arch=TINY[cls], out_type='cls_token')
+    ours = model.state_dict()
+    official = export(ours)
+    assert set(official) != set(ours)  # the layouts really differ
+    official['head.weight'] = torch.zeros(10, 32)
+    converted = convert(official)
+    assert set(converted) == set(ours)
+    assert all(torch.equal(converted[k], ours[k]) for k in ours)
+    assert convert(converted).keys() == converted.keys()  # idempotent
+
+
+def test_official_key_names():
+    deepvit = export_official_deepvit(DeepViT(arch=TINY[DeepViT], out_type='cls_token').state_dict())
+    assert {'blocks.3.attn.reatten_matrix.weight', 'blocks.3.attn.var_norm.running_var',
+            'patch_embed.conv1.weight', 'patch_embed.bn2.weight', 'cls_token'} <= set(deepvit)
+    assert deepvit['blocks.3.attn.reatten_matrix.weight'].shape == (2, 2, 1, 1)
+    assert 'blocks.0.attn.reatten_matrix.weight' not in deepvit  # only the last 2 blocks
+    cait = export_official_cait(CaiT(arch=TINY[CaiT], out_type='cls_token').state_dict())
+    assert {'blocks.0.gamma_1', 'blocks.0.attn.proj_l.weight', 'blocks.0.attn.proj_w.weight',
+            'blocks_token_only.1.attn.q.weight', 'blocks_token_only.1.gamma_2'} <= set(cait)
+    assert cait['pos_embed'].shape == (1, 196, 32)  # no class-token slot
+    refiner = export_official_refiner(RefinedViT(arch=TINY[RefinedViT],
+                                                 out_type='cls_token').state_dict())
+    assert refiner['blocks.1.attn.qkv.weight'].shape == (32, 32)  # shared block: values only
+    assert refiner['blocks.0.attn.qkv.weight'].shape == (96, 32)
+    assert {'blocks.1.attn.DLA.conv_exp.weight', 'blocks.1.attn.DLA.depth_sep_conv.weight',
+            'blocks.1.attn.DLA.bn3.running_mean', 'blocks.1.attn.adapt_bn.weight',
+            'blocks.0.mlp.scale_channel', 'patch_embed.conv3.weight'} <= set(refiner)
+    assert refiner['blocks.1.attn.DLA.conv_exp.weight'].shape == (6, 2, 1, 1)  # H -> 3H
+
+
+def test_cait_matches_timm_with_official_checkpoint(tmp_path):
+    timm = pytest.importorskip('timm')
+    reference = _randomise(timm.create_model('cait_xxs24_224', pretrained=False)).eval()
+    path = tmp_path / 'XXS24_224.pth'
+    torch.save({'model': {'module.' + k: v for k, v in reference.state_dict().items()}}, path)
+    ours = CaiT(arch='xxs24', out_type='cls_token',
+                init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    ours.init_weights()
+    ours.eval()
+    dense = CaiT(arch='xxs24', window_size=None, simple_pyramid=False, out_indices=(11,),
+                 init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    dense.init_weights()
+    dense.eval()
+    x = torch.randn(2, 3, 224, 224)
+    captured = {}
+    reference.blocks[11].register_forward_hook(lambda m, i, o: captured.update(tokens=o))
+    with torch.no_grad():
+        expected_cls = reference.forward_features(x)[:, 0]
+        cls_token = ours(x)[0]
+        feat = dense(x)[0]
+    assert (cls_token - expected_cls).abs().max() <= 1e-4
+    expected_map = captured['tokens'].transpose(1, 2).reshape(2, 192, 14, 14)
+    assert (feat - expected_map).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize('cls,arch,img_size,expected_m', [
+    (CaiT, 'xxs24', 224, 12.0), (CaiT, 's24', 224, 46.9), (CaiT, 's36', 384, 68.4),
+    (DeepViT, 's', 224, 27.3), (RefinedViT, 's', 224, 25.0)])
+def test_classifier_param_counts_match_papers(cls, arch, img_size, expected_m):
+    """CaiT-S36 is released at 384 px only; its 24x24 position embedding is counted."""
+    model = cls(arch=arch, img_size=img_size, out_type='cls_token')
+    head = model.embed_dims * 1000 + 1000
+    total = sum(p.numel() for p in model.parameters()) + head
+    assert abs(total / 1e6 - expected_m) < 0.06 * expected_m if cls is RefinedViT \
+        else abs(total / 1e6 - expected_m) < 0.051, total
+
+
+# ---- dense options ----------------------------------------------------------------------------
+@pytest.mark.parametrize('cls', [DeepViT, CaiT, RefinedViT])
+def test_window_covering_the_map_equals_global_attention(cls):
+    torch.manual_seed(0)
+    glob = _randomise(cls(arch=TINY[cls], window_size=None, simple_pyramid=False)).eval()
+    windowed = cls(arch=TINY[cls], window_size=8, global_blocks=(), simple_pyramid=False).eval()
+    windowed.load_state_dict(glob.state_dict())
+    small = cls(arch=TINY[cls], window_size=2, global_blocks=(), simple_pyramid=False).eval()
+    small.load_state_dict(glob.state_dict())
+    x = torch.randn(1, 3, 96, 112)  # a 6 x 7 token grid
+    with torch.no_grad():
+        a, b, c = glob(x)[0], windowed(x)[0], small(x)[0]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (a - c).abs().max() > 1e-3  # 2x2 windows really restrict attention
+
+
+def test_simple_pyramid_levels_and_multi_level_indices():
+    model = DeepViT(arch=TINY[DeepViT], out_indices=(0, 1, 2, 3), window_size=2,
+                    global_blocks=(3,)).eval()
+    assert model.out_channels == (8, 16, 32, 32) and model.strides == (4, 8, 16, 32)
+    outs = model(torch.randn(1, 3, 129, 100))
+    assert [tuple(o.shape) for o in outs] == [(1, 8, 33, 25), (1, 16, 17, 13), (1, 32, 9, 7),
+                                             (1, 32, 5, 4)]
+    with pytest.raises(ValueError, match='out_indices must name 1 block'):
+        DeepViT(arch=TINY[DeepViT], out_indices=(1, 2))
+
+
+def test_cls_token_output_and_dense_drop_classifier_keys(tmp_path):
+    classifier = CaiT(arch=TINY[CaiT], out_type='cls_token').eval()
+    out = classifier(torch.randn(2, 3, 64, 48))
+    assert len(out) == 1 and out[0].shape == (2, 32)
+    path = tmp_path / 'cls.pth'
+    save_state_dict(classifier.state_dict(), path)
+    from mmvit_ext.converters import load_pretrained
+    dense = CaiT(arch=TINY[CaiT], simple_pyramid=False)
+    report = load_pretrained(dense, path)
+    assert 'cls_token' in report.dropped and any(k.startswith('cls_blocks.') for k in report.dropped)
+    assert not report.missing and not report.unexpected
+
+
+def test_pos_embed_resized_from_checkpoint_and_cached(tmp_path):
+    source = DeepViT(arch=TINY[DeepViT], img_size=384, out_type='cls_token')
+    path = tmp_path / 'ckpt.pth'
+    torch.save({'state_dict': export_official_deepvit(source.state_dict())}, path)
+    from mmvit_ext.converters import load_pretrained
+    target = DeepViT(arch=TINY[DeepViT], simple_pyramid=False)
+    report = load_pretrained(target, path)
+    assert 'pos_embed' in report.resized and target.pos_embed.shape == (1, 197, 32)
+    target.eval()
+    with torch.no_grad():
+        a = target(torch.randn(1, 3, 80, 96))[0]
+        b = target(torch.randn(1, 3, 80, 96))[0]
+    assert a.shape == b.shape == (1, 32, 5, 6) and len(target._pos_cache) == 1
+    target.train()
+    target(torch.randn(1, 3, 80, 96))[0].sum().backward()
+    assert target.pos_embed.grad is not None and target.pos_embed.grad.abs().sum() > 0
+
+
+def test_refiner_pairs_share_windows():
+    with pytest.raises(ValueError, match='block 1 reuses the attention map of block 0'):
+        RefinedViT(arch=TINY[RefinedViT], window_size=2, global_blocks=(1,))
+    assert RefinedViT(arch='s').global_blocks == (6, 7, 14, 15)
+    assert DeepViT(arch='s').global_blocks == (3, 7, 11, 15)
+
+
+@pytest.mark.parametrize('bad,match', [
+    (dict(window_size=0), 'window_size must be a positive int'),
+    (dict(window_size=-3), 'window_size must be a positive int'),
+    (dict(global_blocks=(99,)), 'global_blocks entry 99'),
+    (dict(out_type='logits'), "out_type must be one of"),
+    (dict(img_size=100), 'img_size must be a positive multiple'),
+])
+def test_bad_dense_arguments(bad, match):
+    with pytest.raises(ValueError, match=match):
+        DeepViT(arch=TINY[DeepViT], **bad)
