@@ -10,8 +10,11 @@ Example:
     python tools/analysis/benchmark.py swin:tiny --batch 2 --size 512 512 --compare
     python tools/analysis/benchmark.py pvtv2:b2 --dtype bf16 --compare
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
+    python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --scaling
+    python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
 """
 import argparse
+import ast
 import copy
 import sys
 from typing import Dict
@@ -24,7 +27,8 @@ from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_pe
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
 from mmvit_ext.registry import MODELS
 
-FAMILIES = {'swin': 'SwinTransformer', 'pvtv2': 'PyramidVisionTransformerV2'}
+FAMILIES = {'swin': 'SwinTransformer', 'pvtv2': 'PyramidVisionTransformerV2', 'deepvit': 'DeepViT',
+            'cait': 'CaiT', 'refiner': 'RefinedViT'}
 
 
 def parse_args() -> argparse.Namespace:
@@ -40,17 +44,35 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--repeat', type=int, default=5)
     parser.add_argument('--compare', action='store_true', help='also run mmdet and timm')
+    parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
+                        help='backbone arguments (Python literals), e.g. window_size=None')
+    parser.add_argument('--scaling', action='store_true',
+                        help='also time ours at twice the pixels (2H x W) and print the ratio')
     args = parser.parse_args()
     if bool(args.backbone) == bool(args.config):
         parser.error('give either a backbone FAMILY:ARCH or --config')
     return args
 
 
-def build_backbone(spec: str) -> nn.Module:
+def parse_settings(items) -> dict:
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition('=')
+        if not sep or not key.isidentifier():
+            sys.exit(f'error: --set takes KEY=VALUE, got {item!r}')
+        try:
+            settings[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            settings[key] = value
+    return settings
+
+
+def build_backbone(spec: str, settings: dict) -> nn.Module:
     family, _, arch = spec.partition(':')
     if family not in FAMILIES or not arch:
         sys.exit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}, got {spec!r}')
-    return MODELS.build(dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0))
+    return MODELS.build(dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0,
+                             **settings))
 
 
 class _TrainStep(nn.Module):
@@ -73,7 +95,7 @@ class _TrainStep(nn.Module):
 def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
     size = tuple(args.size)
     if args.backbone:
-        ours = build_backbone(args.backbone)
+        ours = build_backbone(args.backbone, parse_settings(args.set))
         models = {'ours': ours}
         if args.compare:
             peers = build_peers(ours, size)
@@ -133,6 +155,15 @@ def main() -> None:
             mem = ours.peak_mem[mode] / max(results[name].peak_mem[mode], 1)
             print(f'ours vs {name} {mode}: {speedup:.2f}x speed, {mem:.2f}x memory')
             summary.append(f'{mode}_speedup_vs_{name}={speedup:.2f} {mode}_mem_vs_{name}={mem:.2f}')
+    if args.scaling:
+        big = torch.randn(args.batch, 3, 2 * args.size[0], args.size[1], device=device)
+        scaled = measure_interleaved({'ours': models['ours']}, big, modes, dtype, args.warmup,
+                                     args.repeat)['ours']
+        for mode in modes:
+            ratio = scaled.median(mode) / ours.median(mode)
+            print(f'ours {mode} at {2 * args.size[0]}x{args.size[1]}: {scaled.median(mode):.3f} s, '
+                  f'{scaled.peak_mem[mode] / 2 ** 20:.0f} MB; twice the pixels costs {ratio:.2f}x')
+            summary.append(f'{mode}_scaling_2x_pixels={ratio:.2f}')
     if flops:
         summary.append(' '.join(f'{m}_peak_frac={flops[m] / ours.median(m) / peak:.2f}' for m in modes))
     print('SUMMARY ' + ' '.join(summary))

@@ -1,0 +1,182 @@
+"""Attention collapse: how similar are the attention maps of different blocks (DeepViT) and how
+fast do token features evolve (Refiner)?
+
+Feeds images (a folder, or the built-in synthetic shapes) through a backbone, captures every
+block's attention map and writes to --out:
+  similarity.csv          layer x layer similarity S[p, q] (DeepViT's M^{p,q} averaged)
+  layers.csv              per layer: similarity to its k nearest layers, similar-block ratio
+                          (share of other layers with S >= --threshold), cross-head similarity,
+                          feature evolution (token cosine similarity to the previous block)
+  similarity_heatmap.png  S as a heatmap
+  collapse_curves.png     the per-layer curves (DeepViT Fig. 3 style)
+With --compare-plain the same model with its map transforms removed (re-attention / talking
+heads off, same weights) is analysed too and drawn dashed. Plain ViTs run global attention here
+unless --set window_size=N; Swin is analysed per window (layers of different stages are not
+comparable and show as blank).
+
+Example:
+    python tools/analysis/attention_collapse.py deepvit:s --compare-plain --out work_dirs/collapse
+    python tools/analysis/attention_collapse.py deepvit:s --checkpoint checkpoints/deepvit_s.pth.tar \\
+        --images data/coco/val2017 --num-images 64 --out work_dirs/collapse_s
+"""
+import argparse
+import copy
+import csv
+import sys
+from pathlib import Path
+from typing import Iterator, List
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mmvit_ext  # noqa: F401,E402
+from mmvit_ext.analysis import CollapseStats, attention_modules, collapse_stats  # noqa: E402
+from mmvit_ext.datasets.synthetic_shapes import render_scene  # noqa: E402
+from model_stats import FAMILIES  # noqa: E402
+
+MEAN = torch.tensor([123.675, 116.28, 103.53]).view(3, 1, 1)
+STD = torch.tensor([58.395, 57.12, 57.375]).view(3, 1, 1)
+
+
+def load_images(folder: str, num: int, size) -> List[torch.Tensor]:
+    """Normalised (3, H, W) tensors: from image files in ``folder`` or the synthetic shapes."""
+    import mmcv
+    if folder:
+        paths = sorted(p for p in Path(folder).iterdir()
+                       if p.suffix.lower() in ('.jpg', '.jpeg', '.png', '.bmp'))[:num]
+        if not paths:
+            raise SystemExit(f'error: no .jpg/.png images in {folder}')
+        arrays = [mmcv.imresize(mmcv.imread(str(p), channel_order='rgb'), size[::-1])
+                  for p in paths]
+    else:
+        rng = np.random.default_rng(0)
+        arrays = [render_scene(rng, tuple(size))[0] for _ in range(num)]
+    return [(torch.from_numpy(a).permute(2, 0, 1).float() - MEAN) / STD for a in arrays]
+
+
+def batches(images: List[torch.Tensor], batch: int) -> Iterator[torch.Tensor]:
+    for i in range(0, len(images), batch):
+        yield torch.stack(images[i:i + batch])
+
+
+def build(spec: str, checkpoint: str, settings: dict) -> nn.Module:
+    family, _, arch = spec.partition(':')
+    if family not in FAMILIES or not arch:
+        raise SystemExit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}')
+    cfg = dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0)
+    if family in ('deepvit', 'cait', 'refiner'):
+        cfg.update(window_size=None, simple_pyramid=False)
+    cfg.update(settings)
+    if checkpoint:
+        cfg['init_cfg'] = dict(type='Pretrained', checkpoint=checkpoint)
+    model = mmvit_ext.registry.MODELS.build(cfg)
+    model.init_weights()
+    return model.eval()
+
+
+def without_transforms(model: nn.Module) -> nn.Module:
+    """The same weights with every attention-map transform removed (plain attention)."""
+    plain = copy.deepcopy(model)
+    removed = 0
+    for attn in attention_modules(plain):
+        removed += len(attn.map_transforms)
+        attn.map_transforms = nn.ModuleList()
+    if not removed:
+        raise SystemExit(f'error: {type(model).__name__} has no map transforms to remove '
+                         f'(--compare-plain works for DeepViT re-attention and CaiT talking heads)')
+    return plain
+
+
+def write_csv(out: Path, stats: CollapseStats, plain: CollapseStats = None) -> None:
+    n = stats.similarity.shape[0]
+    with open(out / 'similarity.csv', 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['layer'] + [str(q) for q in range(n)])
+        for p in range(n):
+            writer.writerow([p] + [f'{v:.6f}' for v in stats.similarity[p].tolist()])
+    columns = ('nearest', 'similar_ratio', 'cross_head', 'evolution')
+    with open(out / 'layers.csv', 'w', newline='') as f:
+        writer = csv.writer(f)
+        header = ['layer', f'similarity_to_{stats.k}_nearest', 'similar_block_ratio',
+                  'cross_head_similarity', 'feature_evolution']
+        writer.writerow(header + ([f'plain_{h}' for h in header[1:]] if plain else []))
+        for p in range(n):
+            row = [p] + [f'{getattr(stats, c)[p].item():.6f}' for c in columns]
+            if plain:
+                row += [f'{getattr(plain, c)[p].item():.6f}' for c in columns]
+            writer.writerow(row)
+
+
+def plot(out: Path, stats: CollapseStats, title: str, plain: CollapseStats = None) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    n = stats.similarity.shape[0]
+    fig, ax = plt.subplots(figsize=(5, 4.2), dpi=100)
+    image = ax.imshow(stats.similarity.numpy(), vmin=0, vmax=1, cmap='viridis')
+    ax.set(xlabel='layer q', ylabel='layer p', title=f'{title}: cross-layer similarity')
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(out / 'similarity_heatmap.png')
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), dpi=100)
+    layers = np.arange(n)
+    curves = (('nearest', f'similarity to {stats.k} nearest layers'),
+              ('similar_ratio', f'similar-block ratio (S >= {stats.threshold})'),
+              ('cross_head', 'cross-head similarity'), ('evolution', 'feature evolution'))
+    for ax, (attr, label) in zip(axes, curves):
+        ax.plot(layers, getattr(stats, attr).numpy(), 'o-', label=title)
+        if plain is not None:
+            ax.plot(layers, getattr(plain, attr).numpy(), 's--', label='plain attention')
+        ax.set(xlabel='block', title=label, ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / 'collapse_curves.png')
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('backbone', help='FAMILY:ARCH, e.g. deepvit:s, cait:xxs24, swin:tiny')
+    parser.add_argument('--checkpoint', help='official or mmvit_ext weights (default: random)')
+    parser.add_argument('--images', help='folder of images (default: built-in synthetic shapes)')
+    parser.add_argument('--num-images', type=int, default=8)
+    parser.add_argument('--batch', type=int, default=4)
+    parser.add_argument('--size', type=int, nargs=2, default=(224, 224), metavar=('H', 'W'))
+    parser.add_argument('--k', type=int, default=2, help='nearest layers for the first curve')
+    parser.add_argument('--threshold', type=float, default=0.9)
+    parser.add_argument('--compare-plain', action='store_true')
+    parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
+                        help='backbone arguments (Python literals), e.g. window_size=14')
+    parser.add_argument('--out', default='work_dirs/attention_collapse')
+    args = parser.parse_args()
+    from benchmark import parse_settings
+    from mmengine.utils import track_iter_progress
+    model = build(args.backbone, args.checkpoint, parse_settings(args.set))
+    images = load_images(args.images, args.num_images, args.size)
+
+    def progress(items):
+        return track_iter_progress(list(items), file=sys.stderr)
+
+    stats = collapse_stats(model, batches(images, args.batch), args.k, args.threshold, progress)
+    plain = (collapse_stats(without_transforms(model), batches(images, args.batch), args.k,
+                            args.threshold, progress) if args.compare_plain else None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out, stats, plain)
+    plot(out, stats, args.backbone, plain)
+    mean = float(torch.nanmean(stats.nearest))
+    line = f'{args.backbone}: {stats.num_images} images, mean similarity to {args.k} nearest ' \
+           f'layers {mean:.3f}'
+    if plain is not None:
+        line += f' (plain attention: {float(torch.nanmean(plain.nearest)):.3f})'
+    print(line + f'; wrote {out}/similarity.csv, layers.csv, similarity_heatmap.png, '
+                 f'collapse_curves.png')
+
+
+if __name__ == '__main__':
+    main()
