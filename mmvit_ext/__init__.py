@@ -9,8 +9,8 @@ from .version import __version__
 
 allow_mmengine_checkpoints()
 
-from . import backbones, converters, layers  # noqa: E402,F401
-from .registry import MODELS  # noqa: E402
+from . import backbones, converters, engine, layers  # noqa: E402,F401
+from .registry import HOOKS, MODELS  # noqa: E402
 
-__all__ = ['__version__', 'MODELS', 'backbones', 'converters', 'layers',
+__all__ = ['__version__', 'MODELS', 'HOOKS', 'backbones', 'engine', 'converters', 'layers',
            'allow_mmengine_checkpoints']

@@ -7,10 +7,12 @@ backbones on first use. ``custom_imports=dict(imports=['mmvit_ext'])`` is the do
 also installs the safe-checkpoint allowlist. Downstream ``SwinTransformer`` registrations are
 untouched: ours live only in this scope.
 """
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import Registry
 
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
                   locations=['mmvit_ext.backbones'])
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvit_ext', locations=['mmvit_ext.engine'])
 
-__all__ = ['MODELS']
+__all__ = ['MODELS', 'HOOKS']

@@ -247,3 +247,24 @@ def test_refiner_pairs_share_windows():
 def test_bad_dense_arguments(bad, match):
     with pytest.raises(ValueError, match=match):
         DeepViT(arch=TINY[DeepViT], **bad)
+
+
+def test_inference_chunks_explicit_maps_with_the_same_result(monkeypatch):
+    """Large explicit maps run in query chunks at inference when the transforms allow it."""
+    import mmvit_ext.layers.attention as attention
+    model = _randomise(DeepViT(arch=dict(TINY[DeepViT], reattention_blocks=4), window_size=None,
+                               simple_pyramid=False)).eval()
+    cait = _randomise(CaiT(arch=TINY[CaiT], window_size=None, simple_pyramid=False)).eval()
+    x = torch.randn(2, 3, 96, 112)
+    with torch.no_grad():
+        whole = model(x)[0], cait(x)[0]
+        calls = []
+        original = attention._explicit
+        monkeypatch.setattr(attention, '_explicit', lambda *a: calls.append(a[0].shape[-2])
+                            or original(*a))
+        monkeypatch.setattr(attention, 'MAP_CHUNK_ELEMENTS', 2 * 2 * 42 * 10)
+        chunked = model(x)[0], cait(x)[0]
+    assert max(calls) < 42 and len(calls) > 8  # 42 tokens split into chunks
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert ReAttention(2).train().row_local() is False  # batch statistics need the whole map

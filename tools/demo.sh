@@ -14,4 +14,6 @@ t0=$SECONDS
 ckpt="$(cat "$work_dir/last_checkpoint")"
 "$py" tools/test.py "$config" "$ckpt" --work-dir "$work_dir/test" --show-dir vis
 "$py" tools/summarize_demo.py "$work_dir"
+"$py" demo/image_demo.py data/demo_shapes/val/000001.png "$config" "$ckpt" \
+    --out "$work_dir/image_demo.png" --score-thr 0.3
 echo "[demo] finished in $((SECONDS - t0)) s"

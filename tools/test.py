@@ -13,6 +13,7 @@ from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+from mmvit_ext.engine import init_cpu_distributed
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 
 
@@ -52,6 +53,7 @@ def main() -> None:
         if 'visualization' not in hooks:
             sys.exit('error: --show-dir needs default_hooks.visualization in the config')
         hooks.visualization.update(draw=True, test_out_dir=args.show_dir)
+    init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     runner = Runner.from_cfg(cfg)
     if args.out:
         runner.test_evaluator.metrics.append(

@@ -11,9 +11,9 @@ import os.path as osp
 import sys
 
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+from mmvit_ext.engine import AtomicSaveRunner, init_cpu_distributed
 from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
 
@@ -65,7 +65,11 @@ def main() -> None:
         problems += missing_pretrained(cfg)
     if problems:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
-    runner = Runner.from_cfg(cfg)
+    hooks = cfg.get('custom_hooks') or []
+    if not any(str(h.get('type', '')).endswith('RandomStateHook') for h in hooks):
+        cfg.custom_hooks = [*hooks, dict(type='mmvit_ext.RandomStateHook')]  # exact resume
+    init_cpu_distributed(args.launcher)  # gloo when there is no GPU
+    runner = AtomicSaveRunner.from_cfg(cfg)  # checkpoints written atomically
     runner.train()
 
 

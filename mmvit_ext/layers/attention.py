@@ -18,9 +18,52 @@ POST_SOFTMAX = 'post_softmax'
 
 
 class MapTransform(nn.Module):
-    """Base of attention-map transforms: (..., H, N, M) -> (..., H, N, M)."""
+    """Base of attention-map transforms: (..., H, N, M) -> (..., H, N, M).
+
+    ``row_local()`` says whether each query row of the output depends only on the same row of
+    the input (head mixing does; a convolution over the map does not): then inference may run
+    the explicit path in chunks of queries, with bounded memory.
+    """
 
     stage: str = POST_SOFTMAX
+
+    def row_local(self) -> bool:
+        return False
+
+
+# Upper bound on the elements of one explicit map chunk at inference (64 MB in float32).
+MAP_CHUNK_ELEMENTS = 2 ** 24
+
+
+def _explicit(q, k, v, scale, attn_bias, dropout_p, transforms, attn_map):
+    logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_bias is not None:
+        logits = logits + attn_bias
+    for transform in transforms:
+        if transform.stage == PRE_SOFTMAX:
+            logits = transform(logits)
+    attn = logits.float().softmax(dim=-1).to(q.dtype)
+    for transform in transforms:
+        if transform.stage == POST_SOFTMAX:
+            attn = transform(attn)
+    if attn_map is not None:
+        attn = attn_map(attn)
+    if dropout_p > 0:
+        attn = F.dropout(attn, p=dropout_p)
+    return attn @ v
+
+
+def _query_chunks(q: torch.Tensor, k: torch.Tensor, transforms, attn_map) -> int:
+    """Rows per chunk for an inference-time explicit map, or 0 to run it whole."""
+    if torch.is_grad_enabled() or (attn_map is not None and (
+            attn_map._forward_hooks or attn_map._forward_pre_hooks)):
+        return 0
+    if not all(t.row_local() for t in transforms):
+        return 0
+    total = q.numel() // q.shape[-1] * k.shape[-2]  # elements of the whole map
+    if total <= MAP_CHUNK_ELEMENTS:
+        return 0
+    return max(1, q.shape[-2] * MAP_CHUNK_ELEMENTS // total)
 
 
 def _merge_window_dim(q: torch.Tensor, bias: Optional[torch.Tensor]):
@@ -42,7 +85,8 @@ def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
 
     ``attn_bias`` broadcasts to (..., H, N, M). With ``fused`` and no transforms the fused kernel
     runs; 5-D inputs (B, windows, H, N, d) are folded to 4-D so a per-window bias is not copied
-    over the batch. Softmax runs in float32 on the explicit path.
+    over the batch. Softmax runs in float32 on the explicit path, which at inference runs in
+    chunks of queries when every transform is row-local and the map is large.
     """
     if fused and not transforms and attn_map is None:
         if attn_bias is not None and attn_bias.dtype != q.dtype:
@@ -54,21 +98,17 @@ def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
                                              scale=scale)
         return out.reshape(*shape[:-1], out.shape[-1])
-    logits = (q * scale) @ k.transpose(-2, -1)
-    if attn_bias is not None:
-        logits = logits + attn_bias
-    for transform in transforms:
-        if transform.stage == PRE_SOFTMAX:
-            logits = transform(logits)
-    attn = logits.float().softmax(dim=-1).to(q.dtype)
-    for transform in transforms:
-        if transform.stage == POST_SOFTMAX:
-            attn = transform(attn)
-    if attn_map is not None:
-        attn = attn_map(attn)
-    if dropout_p > 0:
-        attn = F.dropout(attn, p=dropout_p)
-    return attn @ v
+    rows = _query_chunks(q, k, transforms, attn_map)
+    if not rows:
+        return _explicit(q, k, v, scale, attn_bias, dropout_p, transforms, attn_map)
+    outs = []
+    for start in range(0, q.shape[-2], rows):
+        bias = attn_bias
+        if bias is not None and bias.shape[-2] != 1:
+            bias = bias[..., start:start + rows, :]
+        outs.append(_explicit(q[..., start:start + rows, :], k, v, scale, bias, dropout_p,
+                              transforms, attn_map))
+    return torch.cat(outs, dim=-2)
 
 
 class AttentionBase(nn.Module):

@@ -37,8 +37,24 @@ class ReAttention(MapTransform):
         self.norm = nn.BatchNorm2d(num_heads)
         self.scale = scale
 
+    def row_local(self) -> bool:
+        return not self.norm.training  # batch statistics need the whole map
+
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
-        out = self.norm(self.mix(_fold(attn))) * self.scale
+        maps = _fold(attn)
+        heads = maps.shape[1]
+        flat = maps.flatten(2)  # the 1x1 conv over heads as one batched matmul
+        weight = self.mix.weight.view(heads, heads)
+        if self.norm.training or self.norm.running_mean is None:
+            out = torch.matmul(weight, flat) + self.mix.bias[:, None]
+            out = self.norm(out.view_as(maps)) * self.scale
+            return out.reshape(attn.shape)
+        # inference: BatchNorm and the output scale folded into the mixing weights and bias
+        gain = self.norm.weight * torch.rsqrt(self.norm.running_var + self.norm.eps)
+        weight = weight * (gain * self.scale)[:, None]
+        bias = ((self.mix.bias - self.norm.running_mean) * gain + self.norm.bias) * self.scale
+        out = torch.baddbmm(bias.view(1, heads, 1).expand(flat.shape[0], heads, flat.shape[2]),
+                            weight.expand(flat.shape[0], heads, heads).to(flat.dtype), flat)
         return out.reshape(attn.shape)
 
 
@@ -52,6 +68,9 @@ class TalkingHeads(MapTransform):
                              f'got {stage!r}')
         self.stage = stage
         self.proj = nn.Linear(num_heads, num_heads)
+
+    def row_local(self) -> bool:
+        return True
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         return self.proj(attn.movedim(-3, -1)).movedim(-1, -3)

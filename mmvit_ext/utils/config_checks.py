@@ -2,6 +2,7 @@
 import os.path as osp
 from typing import Any, Iterator, List, Optional, Tuple
 
+import torch
 from mmengine.config import Config
 
 
@@ -81,6 +82,13 @@ def load_run_config(config: str, cfg_options: Optional[dict], launcher: str,
     ``./work_dirs/<config name>``), as tools/train.py and tools/test.py share them."""
     cfg = Config.fromfile(config)
     cfg.launcher = launcher
+    if launcher != 'none' and not torch.cuda.is_available():
+        # the OpenMMLab runtimes default to nccl, which needs GPUs: CPU processes talk gloo
+        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+        if cfg.get('model_wrapper_cfg') is None:  # mmengine would pass a CUDA device id to DDP
+            cfg.model_wrapper_cfg = dict(
+                type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False,
+                find_unused_parameters=cfg.get('find_unused_parameters', False))
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(

@@ -10,7 +10,7 @@ Example:
     python tools/analysis/benchmark.py swin:tiny --batch 2 --size 512 512 --compare
     python tools/analysis/benchmark.py pvtv2:b2 --dtype bf16 --compare
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
-    python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --scaling
+    python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --eval --scaling
     python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
 """
 import argparse
@@ -46,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--compare', action='store_true', help='also run mmdet and timm')
     parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
                         help='backbone arguments (Python literals), e.g. window_size=None')
+    parser.add_argument('--eval', action='store_true',
+                        help='models in eval mode (inference: BatchNorm statistics, chunked maps)')
     parser.add_argument('--scaling', action='store_true',
                         help='also time ours at twice the pixels (2H x W) and print the ratio')
     args = parser.parse_args()
@@ -130,7 +132,7 @@ def main() -> None:
     dtype = DTYPES[args.dtype]
     models = build_models(args)
     for model in models.values():  # mmdet's backbones return None from train()
-        model.to(device).train()
+        model.to(device).train(not args.eval)
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}

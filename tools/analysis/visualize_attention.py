@@ -86,7 +86,6 @@ def main() -> None:
         raise SystemExit(f'error: --block {args.block} out of range; the model has '
                          f'{len(maps)} blocks')
     attn = maps[args.block]
-    n_tokens = attn.shape[-1]
     patch = block_stride(model, args.block % len(maps))
     grid = (math.ceil(args.size[0] / patch), math.ceil(args.size[1] / patch))
     query = None
