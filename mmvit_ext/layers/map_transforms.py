@@ -21,6 +21,16 @@ def _fold(attn: torch.Tensor) -> torch.Tensor:
     return attn.reshape(-1, *attn.shape[-3:])
 
 
+def _mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``out_g = sum_h W[g, h] attn_h + b_g`` over the head axis of (..., H, N, M) maps."""
+    maps = _fold(attn)
+    batch, heads = maps.shape[:2]
+    flat = maps.flatten(2)
+    out = torch.baddbmm(bias.to(flat.dtype).view(1, heads, 1).expand(batch, heads, flat.shape[2]),
+                        weight.to(flat.dtype).expand(batch, heads, heads), flat)
+    return out.view(attn.shape)
+
+
 class ReAttention(MapTransform):
     """DeepViT re-attention: ``BN(Theta^T attn) * scale`` (Zhou et al., 2021, Eq. 3).
 
@@ -43,19 +53,15 @@ class ReAttention(MapTransform):
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = _fold(attn)
         heads = maps.shape[1]
-        flat = maps.flatten(2)  # the 1x1 conv over heads as one batched matmul
-        weight = self.mix.weight.view(heads, heads)
+        weight = self.mix.weight.view(heads, heads)  # the 1x1 conv as a batched matmul
         if self.norm.training or self.norm.running_mean is None:
-            out = torch.matmul(weight, flat) + self.mix.bias[:, None]
-            out = self.norm(out.view_as(maps)) * self.scale
-            return out.reshape(attn.shape)
+            out = _mix_heads(maps, weight, self.mix.bias)
+            return (self.norm(out) * self.scale).reshape(attn.shape)
         # inference: BatchNorm and the output scale folded into the mixing weights and bias
         gain = self.norm.weight * torch.rsqrt(self.norm.running_var + self.norm.eps)
         weight = weight * (gain * self.scale)[:, None]
         bias = ((self.mix.bias - self.norm.running_mean) * gain + self.norm.bias) * self.scale
-        out = torch.baddbmm(bias.view(1, heads, 1).expand(flat.shape[0], heads, flat.shape[2]),
-                            weight.expand(flat.shape[0], heads, heads).to(flat.dtype), flat)
-        return out.reshape(attn.shape)
+        return _mix_heads(attn, weight, bias)
 
 
 class TalkingHeads(MapTransform):
@@ -73,7 +79,8 @@ class TalkingHeads(MapTransform):
         return True
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
-        return self.proj(attn.movedim(-3, -1)).movedim(-1, -3)
+        # heads-first batched matmul: no copy to a heads-last layout, no K=H matmul
+        return _mix_heads(attn, self.proj.weight, self.proj.bias)
 
 
 class RefinerMap(MapTransform):
