@@ -6,14 +6,10 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
+from mmvit_ext.utils.config_checks import task_scope
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'configs').rglob('*.py'))
-
-
-def _scope(cfg: Config) -> str:
-    if cfg.model.type == 'ImageClassifier':
-        return 'mmpretrain'
-    return 'mmseg' if 'decode_head' in cfg.model else 'mmdet'
 
 
 def test_configs_found():
@@ -25,7 +21,7 @@ def test_config_builds_and_extracts_features(path):
     cfg = Config.fromfile(str(ROOT / path))
     assert cfg.model.backbone.type.startswith('mmvit_ext.')
     cfg.model.backbone.init_cfg = None  # no weights here; loading is tested elsewhere
-    scope = _scope(cfg)
+    scope = task_scope(cfg)
     registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
     __import__(f'{scope}.models')
     with DefaultScope.overwrite_default_scope(scope):

@@ -94,3 +94,11 @@ def load_run_config(config: str, cfg_options: Optional[dict], launcher: str,
     cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(config))[0])
     return cfg
+
+
+def task_scope(cfg: Config) -> str:
+    """The downstream registry scope a model config belongs to: mmpretrain (an ImageClassifier),
+    mmseg (a decode head) or mmdet."""
+    if cfg.model.get('type') == 'ImageClassifier':
+        return 'mmpretrain'
+    return 'mmseg' if 'decode_head' in cfg.model else 'mmdet'

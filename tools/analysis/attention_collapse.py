@@ -32,9 +32,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmvit_ext  # noqa: F401,E402
+from mmvit_ext.backbones import preset_config  # noqa: E402
 from mmvit_ext.analysis import CollapseStats, attention_modules, collapse_stats  # noqa: E402
 from mmvit_ext.datasets.synthetic_shapes import render_scene  # noqa: E402
-from model_stats import FAMILIES  # noqa: E402
 
 MEAN = torch.tensor([123.675, 116.28, 103.53]).view(3, 1, 1)
 STD = torch.tensor([58.395, 57.12, 57.375]).view(3, 1, 1)
@@ -62,11 +62,11 @@ def batches(images: List[torch.Tensor], batch: int) -> Iterator[torch.Tensor]:
 
 
 def build(spec: str, checkpoint: str, settings: dict) -> nn.Module:
-    family, _, arch = spec.partition(':')
-    if family not in FAMILIES or not arch:
-        raise SystemExit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}')
-    cfg = dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0)
-    if family in ('deepvit', 'cait', 'refiner'):
+    try:
+        cfg = preset_config(spec, drop_path_rate=0.0)
+    except ValueError as error:
+        raise SystemExit(f'error: {error}')
+    if cfg['type'] in ('mmvit_ext.DeepViT', 'mmvit_ext.CaiT', 'mmvit_ext.RefinedViT'):
         cfg.update(window_size=None, simple_pyramid=False)
     cfg.update(settings)
     if checkpoint:

@@ -25,10 +25,9 @@ from torch import nn
 import mmvit_ext  # noqa: F401
 from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_peak
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
+from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
 
-FAMILIES = {'swin': 'SwinTransformer', 'pvtv2': 'PyramidVisionTransformerV2', 'deepvit': 'DeepViT',
-            'cait': 'CaiT', 'refiner': 'RefinedViT'}
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,11 +69,10 @@ def parse_settings(items) -> dict:
 
 
 def build_backbone(spec: str, settings: dict) -> nn.Module:
-    family, _, arch = spec.partition(':')
-    if family not in FAMILIES or not arch:
-        sys.exit(f'error: backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}, got {spec!r}')
-    return MODELS.build(dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, drop_path_rate=0.0,
-                             **settings))
+    try:
+        return MODELS.build(preset_config(spec, drop_path_rate=0.0, **settings))
+    except ValueError as error:
+        sys.exit(f'error: {error}')
 
 
 class _TrainStep(nn.Module):

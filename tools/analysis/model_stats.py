@@ -19,11 +19,10 @@ import torch
 from torch import nn
 
 import mmvit_ext  # noqa: F401
+from mmvit_ext.backbones import preset_config
 from mmvit_ext.layers import AttentionBase
 from mmvit_ext.registry import MODELS
 
-FAMILIES = {'swin': 'SwinTransformer', 'pvtv2': 'PyramidVisionTransformerV2',
-            'deepvit': 'DeepViT', 'cait': 'CaiT', 'refiner': 'RefinedViT'}
 # Paper figures at 224x224 with the ImageNet head: (params M, GFLOPs); None where the paper gives
 # no figure for the preset. Swin: Liu et al. 2021 Tab. 1; PVTv2: the official whai362/PVT model
 # table; CaiT: Touvron et al. 2021 (S36 counted at 224); DeepViT-S and Refined-ViT: their papers.
@@ -59,13 +58,9 @@ class Classifier(nn.Module):
 
 
 def build_preset(spec: str, classifier: bool = False, **settings) -> nn.Module:
-    family, _, arch = spec.partition(':')
-    if family not in FAMILIES or not arch:
-        raise ValueError(f'backbone must be FAMILY:ARCH with FAMILY in {sorted(FAMILIES)}, '
-                         f'got {spec!r}')
-    cfg = dict(type=f'mmvit_ext.{FAMILIES[family]}', arch=arch, **settings)
+    cfg = preset_config(spec, **settings)
     if classifier:
-        if family in ('deepvit', 'cait', 'refiner'):
+        if cfg['type'] in ('mmvit_ext.DeepViT', 'mmvit_ext.CaiT', 'mmvit_ext.RefinedViT'):
             cfg['out_type'] = 'cls_token'
         else:
             cfg['out_indices'] = (-1,)
@@ -111,10 +106,10 @@ def all_presets_table(size: Tuple[int, int] = (224, 224), presets: Sequence[str]
 def config_model(path: str) -> Tuple[nn.Module, tuple]:
     from mmengine.config import Config
     from mmengine.registry import DefaultScope
+    from mmvit_ext.utils.config_checks import task_scope
     cfg = Config.fromfile(path)
     cfg.model.backbone.init_cfg = None
-    scope = ('mmpretrain' if cfg.model.type == 'ImageClassifier' else
-             'mmseg' if 'decode_head' in cfg.model else 'mmdet')
+    scope = task_scope(cfg)
     __import__(f'{scope}.models')
     registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
     with DefaultScope.overwrite_default_scope(scope):
