@@ -1,13 +1,15 @@
 """Shared layers on small tensors."""
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, LayerScale, MapTransform,
-                              PatchEmbed, RelativePositionBias, linear_drop_path_rates,
-                              pad_to_windows, relative_position_index, resize_pos_embed,
-                              resize_rel_pos_table, shifted_window_mask, window_partition,
-                              window_reverse)
+from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, LayerScale, Linear,
+                              MapTransform, PatchEmbed, RelativePositionBias, get_cpu_gemm,
+                              linear_drop_path_rates, pad_to_windows, relative_position_index,
+                              resize_pos_embed, resize_rel_pos_table, set_cpu_gemm,
+                              shifted_window_mask, window_partition, window_reverse)
+from mmvit_ext.layers.linear import ONEDNN_MIN_ROWS, _initial_cpu_gemm
 from official_layouts import official_swin_rel_index
 
 
@@ -149,3 +151,53 @@ def test_drop_path_rates_and_layer_scale():
         linear_drop_path_rates(1.5, 3)
     ls = LayerScale(4, 1e-5)
     torch.testing.assert_close(ls(torch.ones(2, 4)), torch.full((2, 4), 1e-5))
+
+
+@pytest.mark.parametrize('shape,bias', [((2, 300, 48), True), ((700, 32), False)])
+def test_onednn_linear_matches_f_linear_forward_and_backward(shape, bias):
+    torch.manual_seed(0)
+    layer = Linear(shape[-1], 40, bias=bias)
+    x = torch.randn(*shape, requires_grad=True)
+    grad = torch.randn(*shape[:-1], 40)
+    assert get_cpu_gemm() == 'onednn'
+    out = layer(x)
+    out.backward(grad)
+    ours = (out.detach(), x.grad.clone(), layer.weight.grad.clone())
+    x.grad, layer.weight.grad = None, None
+    ref = F.linear(x, layer.weight, layer.bias)
+    ref.backward(grad)
+    assert out.is_contiguous() and out.shape == ref.shape
+    for a, b in zip(ours, (ref.detach(), x.grad, layer.weight.grad)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    if bias:
+        assert layer.bias.grad is not None
+    # non-contiguous input (a transposed view) gives the same product
+    xt = x.detach().transpose(-2, -1).contiguous().transpose(-2, -1)
+    torch.testing.assert_close(layer(xt), ref.detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_onednn_linear_routing_and_switch(monkeypatch):
+    calls = []
+    real_conv = F.conv2d
+    monkeypatch.setattr(F, 'conv2d', lambda *a, **k: calls.append(1) or real_conv(*a, **k))
+    layer = Linear(16, 8)
+    layer(torch.randn(ONEDNN_MIN_ROWS, 16))
+    assert len(calls) == 1                                # large float32: oneDNN route
+    layer(torch.randn(ONEDNN_MIN_ROWS - 1, 16))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert layer(torch.randn(ONEDNN_MIN_ROWS, 16)).dtype == torch.bfloat16
+    layer.double()(torch.randn(ONEDNN_MIN_ROWS, 16, dtype=torch.float64))
+    assert len(calls) == 1                                # small, autocast, float64: F.linear
+    layer.float()
+    previous = set_cpu_gemm('native')
+    try:
+        layer(torch.randn(ONEDNN_MIN_ROWS, 16))
+        assert len(calls) == 1
+    finally:
+        set_cpu_gemm(previous)
+    with pytest.raises(ValueError, match='onednn'):
+        set_cpu_gemm('mkl')
+    monkeypatch.setenv('MMVIT_EXT_CPU_GEMM', 'fast')
+    with pytest.raises(ValueError, match='MMVIT_EXT_CPU_GEMM'):
+        _initial_cpu_gemm()
+    assert isinstance(layer, torch.nn.Linear) and set(layer.state_dict()) == {'weight', 'bias'}

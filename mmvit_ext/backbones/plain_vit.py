@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (Attention, AttentionBase, DropPath, LayerScale, Mlp, init_linear_and_norm,
-                      linear_drop_path_rates, pad_to_windows, resize_pos_embed, window_partition, window_reverse)
+from ..layers import (Attention, AttentionBase, DropPath, LayerScale, Linear, Mlp,
+                      init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
+                      resize_pos_embed, window_partition, window_reverse)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
 from .base import BaseBackbone
 
@@ -319,9 +320,9 @@ class ClassAttention(AttentionBase):
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, fused: bool = True) -> None:
         super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused)
-        self.q = nn.Linear(dim, dim, bias=qkv_bias)
-        self.k = nn.Linear(dim, dim, bias=qkv_bias)
-        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.q = Linear(dim, dim, bias=qkv_bias)
+        self.k = Linear(dim, dim, bias=qkv_bias)
+        self.v = Linear(dim, dim, bias=qkv_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape

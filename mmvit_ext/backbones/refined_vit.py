@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import AttentionBase, ConvStemEmbed, RefinerMap
+from ..layers import AttentionBase, ConvStemEmbed, Linear, RefinerMap
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
@@ -30,10 +30,10 @@ class RefinerAttention(AttentionBase):
         super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused=False)
         self.shared = shared
         if shared:
-            self.v = nn.Linear(dim, dim, bias=qkv_bias)
+            self.v = Linear(dim, dim, bias=qkv_bias)
             self.refine = RefinerMap(num_heads, expand_ratio, kernel_size, scale=self.scale)
         else:
-            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+            self.qkv = Linear(dim, dim * 3, bias=qkv_bias)
 
     def forward(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]
                 ) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (Attention, DropPath, Mlp, PatchEmbed, RelativePositionBias,
+from ..layers import (Attention, DropPath, Linear, Mlp, PatchEmbed, RelativePositionBias,
                       init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
                       resize_pos_embed, shifted_window_mask, to_2tuple, window_partition,
                       window_reverse)
@@ -78,7 +78,7 @@ class PatchMerging(nn.Module):
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
         self.norm = norm_layer(4 * dim)
-        self.reduction = nn.Linear(4 * dim, out_dim, bias=False)
+        self.reduction = Linear(4 * dim, out_dim, bias=False)
 
     def forward(self, x: torch.Tensor, hw: Size2) -> Tuple[torch.Tensor, Size2]:
         b, _, c = x.shape

@@ -4,6 +4,7 @@ from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, Map
 from .init import init_linear_and_norm
 from .drop import DropPath, linear_drop_path_rates
 from .layer_scale import LayerScale
+from .linear import Linear, get_cpu_gemm, linear, set_cpu_gemm
 from .map_transforms import ReAttention, RefinerMap, TalkingHeads
 from .mlp import ConvMlp, Mlp
 from .patch_embed import ConvStemEmbed, PatchEmbed
@@ -18,7 +19,8 @@ __all__ = [
     'ConvStemEmbed', 'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'ReAttention',
     'RefinerMap', 'TalkingHeads',
     'Attention', 'AttentionBase', 'init_linear_and_norm', 'MapTransform', 'multihead_attention', 'PRE_SOFTMAX', 'POST_SOFTMAX',
-    'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
+    'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Linear', 'linear', 'get_cpu_gemm',
+    'set_cpu_gemm', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table', 'to_2tuple',
     'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
 ]

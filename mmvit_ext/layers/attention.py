@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import Linear
+
 PRE_SOFTMAX = 'pre_softmax'
 POST_SOFTMAX = 'post_softmax'
 
@@ -127,7 +129,7 @@ class AttentionBase(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = qk_scale or self.head_dim ** -0.5
         self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
+        self.proj = Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
         self.map_transforms = nn.ModuleList(map_transforms)
         self.attn_map = nn.Identity()
@@ -162,7 +164,7 @@ class Attention(AttentionBase):
                  qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
         super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.qkv = Linear(dim, dim * 3, bias=qkv_bias)
 
     def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         *batch, n, _ = x.shape

@@ -4,6 +4,8 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from .linear import Linear
+
 
 class Mlp(nn.Module):
     """fc1 -> act -> drop -> fc2 -> drop on (..., C) tokens."""
@@ -14,9 +16,9 @@ class Mlp(nn.Module):
         super().__init__()
         hidden_features = hidden_features or in_features
         out_features = out_features or in_features
-        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
+        self.fc1 = Linear(in_features, hidden_features, bias=bias)
         self.act = act_layer()
-        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias)
+        self.fc2 = Linear(hidden_features, out_features, bias=bias)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -34,11 +36,11 @@ class ConvMlp(nn.Module):
                  act_layer: Callable[[], nn.Module] = nn.GELU, drop: float = 0.0,
                  linear: bool = False) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.fc1 = Linear(in_features, hidden_features)
         self.relu = nn.ReLU() if linear else nn.Identity()
         self.dwconv = nn.Conv2d(hidden_features, hidden_features, 3, 1, 1, groups=hidden_features)
         self.act = act_layer()
-        self.fc2 = nn.Linear(hidden_features, in_features)
+        self.fc2 = Linear(hidden_features, in_features)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, hw: 'tuple[int, int]') -> torch.Tensor:

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from .attention import AttentionBase, MapTransform
+from .linear import Linear
 
 
 class SpatialReductionAttention(AttentionBase):
@@ -20,8 +21,8 @@ class SpatialReductionAttention(AttentionBase):
                  proj_drop: float = 0.0, pool_size: int = 7, norm_eps: float = 1e-5,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
         super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
-        self.q = nn.Linear(dim, dim, bias=qkv_bias)
-        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.q = Linear(dim, dim, bias=qkv_bias)
+        self.kv = Linear(dim, dim * 2, bias=qkv_bias)
         self.linear = linear
         self.sr_ratio = sr_ratio
         if linear:
