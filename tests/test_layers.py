@@ -4,11 +4,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, LayerScale, Linear,
-                              MapTransform, PatchEmbed, RelativePositionBias, get_cpu_gemm,
+from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, ConvMlp, LayerScale, Linear,
+                              MapTransform, Mlp, PatchEmbed, RelativePositionBias, get_cpu_gemm,
                               linear_drop_path_rates, pad_to_windows, relative_position_index,
                               resize_pos_embed, resize_rel_pos_table, set_cpu_gemm,
                               shifted_window_mask, window_partition, window_reverse)
+from mmvit_ext.layers.attention import _ExplicitAttention, _use_explicit_cpu
 from mmvit_ext.layers.linear import ONEDNN_MIN_ROWS, _initial_cpu_gemm
 from official_layouts import official_swin_rel_index
 
@@ -201,3 +202,62 @@ def test_onednn_linear_routing_and_switch(monkeypatch):
     with pytest.raises(ValueError, match='MMVIT_EXT_CPU_GEMM'):
         _initial_cpu_gemm()
     assert isinstance(layer, torch.nn.Linear) and set(layer.state_dict()) == {'weight', 'bias'}
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('conv', [False, True])
+def test_fused_gelu_fc2_matches_module_ops(dtype, conv):
+    """Mlp / ConvMlp route GELU -> fc2 through one op that saves only fc2's pre-activation
+    input and recomputes the GELU in backward: same outputs and gradients as the plain ops."""
+    torch.manual_seed(0)
+    mlp = ConvMlp(16, 64) if conv else Mlp(16, 64)
+    x = torch.randn(2, 300, 16, requires_grad=True)
+    args = ((15, 20),) if conv else ()
+
+    def run(fused: bool):
+        x.grad = None
+        mlp.zero_grad()
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype != torch.float32):
+            if fused:
+                out = mlp(x, *args)
+            else:  # the unfused chain of the same modules
+                h = mlp.fc1(x)
+                if conv:
+                    grid = h.transpose(1, 2).reshape(2, 64, 15, 20)
+                    h = mlp.dwconv(grid).flatten(2).transpose(1, 2)
+                out = mlp.fc2(mlp.act(h))
+        out.float().pow(2).sum().backward()
+        return [out.detach().float(), x.grad.clone()] + [p.grad.clone() for p in mlp.parameters()]
+
+    fused, plain = run(True), run(False)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    assert fused[0].dtype == plain[0].dtype
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b, **tol)
+    with torch.no_grad():
+        torch.testing.assert_close(mlp(x, *args).float(), plain[0], **tol)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('windows', [False, True])
+def test_explicit_cpu_attention_matches_sdpa(dtype, windows):
+    """The hand-written CPU kernel for small maps: outputs and gradients of q, k, v and a
+    per-window bias equal F.scaled_dot_product_attention's."""
+    torch.manual_seed(0)
+    shape = (2, 5, 3, 49, 16) if windows else (2, 3, 100, 16)
+    q, k, v = (torch.randn(*shape, dtype=dtype, requires_grad=True) for _ in range(3))
+    bias = torch.randn(*((5, 3, 49, 49) if windows else (1, 100, 100)), requires_grad=True)
+    assert _use_explicit_cpu(q, k, 0.0) and not _use_explicit_cpu(q, k, 0.1)
+    grad = torch.randn(shape, dtype=dtype)
+    ours = _ExplicitAttention.apply(q, k, v, bias, 0.25)
+    ours.backward(grad)
+    got = [ours.detach()] + [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(dtype), scale=0.25)
+    ref.backward(grad)
+    want = [ref.detach()] + [t.grad for t in (q, k, v, bias)]
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a.float(), b.float(), **tol)

@@ -79,6 +79,71 @@ def _merge_window_dim(q: torch.Tensor, bias: Optional[torch.Tensor]):
     return q, bias
 
 
+# The explicit CPU kernel below beats F.scaled_dot_product_attention where the map is small:
+# measured on 2 EPYC cores, fwd+bwd of Swin windows (49 tokens) 1.2-1.5x in float32 and
+# 2.3-2.8x in bf16; PVTv2 stages with <= 4096 queries over 256 keys up to 2.3x in bf16. Long
+# float32 maps (PVTv2 stage 1, 16384 x 256) stay on the fused kernel, which is faster there.
+EXPLICIT_CPU_MAX_ELEMENTS = 2 ** 20   # queries x keys of one map
+EXPLICIT_CPU_FP32_MAX_QUERIES = 256
+
+
+class _ExplicitAttention(torch.autograd.Function):
+    """softmax(q k^T * scale + bias) v with a hand-written backward that keeps one map.
+
+    Saves the scaled queries, keys, values and the probabilities; the softmax and its backward
+    run in float32 whatever the input dtype. ``bias`` (float, any shape that broadcasts to the
+    map) gets its gradient summed back to its own shape.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, scale):
+        with torch.autocast(q.device.type, enabled=False):
+            q_scaled = q * scale
+            logits = torch.matmul(q_scaled, k.transpose(-2, -1))
+            if logits.dtype != torch.float32:
+                logits = logits.float()
+            if bias is not None:
+                logits = logits.add_(bias) if bias.dim() <= logits.dim() and \
+                    torch.broadcast_shapes(bias.shape, logits.shape) == logits.shape \
+                    else logits + bias
+            probs = torch.softmax(logits, dim=-1).to(q.dtype)
+            out = torch.matmul(probs, v)
+        ctx.save_for_backward(q_scaled, k, v, probs)
+        ctx.scale = scale
+        ctx.bias_meta = None if bias is None else (bias.shape, bias.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q_scaled, k, v, probs = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_v = torch.matmul(probs.transpose(-2, -1), grad_out)
+        grad_probs = torch.matmul(grad_out, v.transpose(-2, -1)).float()
+        probs32 = probs.float()
+        grad_logits = grad_probs.sub_((grad_probs * probs32).sum(-1, keepdim=True)).mul_(probs32)
+        grad_bias = None
+        if ctx.bias_meta is not None:
+            shape, dtype = ctx.bias_meta
+            grad_bias = grad_logits.sum_to_size(shape).to(dtype)
+        grad_logits = grad_logits.to(q_scaled.dtype)
+        grad_q = torch.matmul(grad_logits, k).mul_(ctx.scale)
+        grad_k = torch.matmul(grad_logits.transpose(-2, -1), q_scaled)
+        if grad_k.shape != k.shape:  # keys / values broadcast over a batch dim
+            grad_k, grad_v = grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape)
+        return grad_q, grad_k, grad_v, grad_bias, None
+
+
+def _use_explicit_cpu(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> bool:
+    if q.device.type != 'cpu' or dropout_p > 0 or torch.compiler.is_compiling():
+        return False
+    queries, keys = q.shape[-2], k.shape[-2]
+    if queries * keys > EXPLICIT_CPU_MAX_ELEMENTS:
+        return False
+    if q.dtype != torch.float32:
+        return True
+    return torch.is_grad_enabled() and queries <= EXPLICIT_CPU_FP32_MAX_QUERIES
+
+
 def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                         attn_bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                         transforms: Sequence[nn.Module] = (), attn_map: Optional[nn.Module] = None,
@@ -91,6 +156,8 @@ def multihead_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     chunks of queries when every transform is row-local and the map is large.
     """
     if fused and not transforms and attn_map is None:
+        if _use_explicit_cpu(q, k, dropout_p):
+            return _ExplicitAttention.apply(q, k, v, attn_bias, scale)
         if attn_bias is not None and attn_bias.dtype != q.dtype:
             attn_bias = attn_bias.to(q.dtype)  # autocast: the kernel wants one dtype
         shape = q.shape

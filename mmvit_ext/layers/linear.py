@@ -69,3 +69,28 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
+
+
+def linear_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                    has_bias: bool, needs: 'tuple[bool, bool, bool]'):
+    """Gradients (input, weight, bias) of ``linear(x, weight, bias)``, each only if ``needs``
+    says so, through the same GEMM route as the forward (oneDNN for large float32 CPU)."""
+    out_features, in_features = weight.shape
+    need_x, need_w, need_b = needs[0], needs[1], needs[2] and has_bias
+    if _use_onednn(x, weight):
+        rows = x.numel() // in_features
+        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+            grad_out.reshape(1, rows, 1, out_features).permute(0, 3, 1, 2),
+            x.reshape(1, rows, 1, in_features).permute(0, 3, 1, 2),
+            weight.view(out_features, in_features, 1, 1), [out_features] if has_bias else None,
+            [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [need_x, need_w, need_b])
+        if need_x:
+            grad_x = grad_x.permute(0, 2, 3, 1).reshape(x.shape)
+        if need_w:
+            grad_w = grad_w.view(out_features, in_features)
+        return grad_x, grad_w, grad_b
+    grad_2d = grad_out.reshape(-1, out_features)
+    grad_x = grad_out.matmul(weight) if need_x else None
+    grad_w = grad_2d.t().mm(x.reshape(-1, in_features)) if need_w else None
+    grad_b = grad_2d.sum(0) if need_b else None
+    return grad_x, grad_w, grad_b
