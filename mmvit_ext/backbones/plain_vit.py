@@ -82,7 +82,7 @@ class ViTBlock(nn.Module):
         a = self.scale_adjustment
         out, attn_map = self._attend(self.norm1(x * a if a != 1 else x), hw, prev_map)
         x = x + self.drop_path(self.ls1(out)) / a
-        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x * a if a != 1 else x)))) / a
+        x = x + self.drop_path(self.ls2(self.mlp(x * a if a != 1 else x, norm=self.norm2))) / a
         return x, attn_map
 
 

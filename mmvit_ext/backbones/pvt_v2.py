@@ -33,7 +33,7 @@ class PVTv2Block(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(self.mlp(self.norm2(x), hw))
+        return x + self.drop_path(self.mlp(x, hw, norm=self.norm2))
 
 
 class PVTv2Stage(nn.Module):

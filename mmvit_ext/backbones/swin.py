@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import (Attention, DropPath, Linear, Mlp, PatchEmbed, RelativePositionBias,
-                      init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
+                      WindowLayout, init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
                       resize_pos_embed, shifted_window_mask, to_2tuple, window_partition,
                       window_reverse)
 from ..registry import MODELS
@@ -20,6 +20,7 @@ from .base import BaseBackbone
 
 Size2 = Tuple[int, int]
 _shift_mask = lru_cache(maxsize=128)(shifted_window_mask)
+_window_layout = lru_cache(maxsize=128)(WindowLayout)
 
 
 def window_and_shift(height: int, width: int, window_size: Size2, shift_size: Size2
@@ -54,9 +55,25 @@ class SwinBlock(nn.Module):
         b, _, c = x.shape
         h, w = hw
         window, shift = window_and_shift(h, w, self.window_size, self.shift_size)
+        bias = self.rel_pos(window)  # (heads, N, N)
+        if torch.compiler.is_compiling():  # the index cache below is not traceable
+            return self._window_attention_unfused(x, hw, window, shift, bias)
+        if torch.is_autocast_enabled(x.device.type):  # move half the bytes; qkv casts anyway
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        layout = _window_layout(b, h, w, window, shift, x.device)
+        if any(shift):
+            mask = _shift_mask(*layout.padded, window, shift, x.device)  # (windows, N, N)
+            bias = bias.unsqueeze(0) + mask.unsqueeze(1)
+        return layout.from_windows(self.attn(layout.to_windows(x), attn_bias=bias))
+
+    def _window_attention_unfused(self, x: torch.Tensor, hw: Size2, window: Size2, shift: Size2,
+                                  bias: torch.Tensor) -> torch.Tensor:
+        """pad -> roll -> partition -> attention -> reverse (what :class:`WindowLayout` does
+        with one gather each way)."""
+        b, _, c = x.shape
+        h, w = hw
         x = pad_to_windows(x.view(b, h, w, c), window)
         hp, wp = x.shape[1:3]
-        bias = self.rel_pos(window)  # (heads, N, N)
         if any(shift):
             x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
             mask = _shift_mask(hp, wp, window, shift, x.device)  # (windows, N, N)
@@ -68,7 +85,7 @@ class SwinBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.window_attention(self.norm1(x), hw))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        return x + self.drop_path(self.mlp(x, norm=self.norm2))
 
 
 class PatchMerging(nn.Module):

@@ -13,7 +13,8 @@ from .pos_embed import resize_pos_embed
 from .sra import SpatialReductionAttention
 from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_pos_table
 from .utils import to_2tuple
-from .window import pad_to_windows, shifted_window_mask, window_partition, window_reverse
+from .window import (WindowLayout, pad_to_windows, shifted_window_mask, window_partition,
+                     window_reverse)
 
 __all__ = [
     'ConvStemEmbed', 'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'ReAttention',
@@ -22,5 +23,5 @@ __all__ = [
     'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Linear', 'linear', 'get_cpu_gemm',
     'set_cpu_gemm', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table', 'to_2tuple',
-    'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
+    'WindowLayout', 'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
 ]

@@ -87,54 +87,61 @@ EXPLICIT_CPU_MAX_ELEMENTS = 2 ** 20   # queries x keys of one map
 EXPLICIT_CPU_FP32_MAX_QUERIES = 256
 
 
-class _ExplicitAttention(torch.autograd.Function):
-    """softmax(q k^T * scale + bias) v with a hand-written backward that keeps one map.
+def _probabilities(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor],
+                   scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) in float32 (q, k in any float dtype)."""
+    logits = torch.matmul(q * scale, k.transpose(-2, -1))
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    if bias is not None:
+        if torch.broadcast_shapes(bias.shape, logits.shape) == logits.shape:
+            logits.add_(bias)
+        else:
+            logits = logits + bias
+    return torch.softmax(logits, dim=-1)
 
-    Saves the scaled queries, keys, values and the probabilities; the softmax and its backward
-    run in float32 whatever the input dtype. ``bias`` (float, any shape that broadcasts to the
-    map) gets its gradient summed back to its own shape.
+
+class _ExplicitAttention(torch.autograd.Function):
+    """softmax(q k^T * scale + bias) v with a hand-written backward.
+
+    Saves only q, k, v (views of one qkv tensor) and the bias: backward recomputes the map (one
+    small matmul and a softmax, the same ops so the same values) rather than keeping it, and
+    holds at most two maps at a time. Softmax and its backward run in float32 whatever the input
+    dtype; ``bias`` (any shape that broadcasts to the map) gets its gradient summed back to
+    its own shape.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, bias, scale):
         with torch.autocast(q.device.type, enabled=False):
-            q_scaled = q * scale
-            logits = torch.matmul(q_scaled, k.transpose(-2, -1))
-            if logits.dtype != torch.float32:
-                logits = logits.float()
-            if bias is not None:
-                logits = logits.add_(bias) if bias.dim() <= logits.dim() and \
-                    torch.broadcast_shapes(bias.shape, logits.shape) == logits.shape \
-                    else logits + bias
-            probs = torch.softmax(logits, dim=-1).to(q.dtype)
-            out = torch.matmul(probs, v)
-        ctx.save_for_backward(q_scaled, k, v, probs)
+            out = torch.matmul(_probabilities(q, k, bias, scale).to(q.dtype), v)
+        ctx.save_for_backward(q, k, v, bias)
         ctx.scale = scale
-        ctx.bias_meta = None if bias is None else (bias.shape, bias.dtype)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q_scaled, k, v, probs = ctx.saved_tensors
+        q, k, v, bias = ctx.saved_tensors
         grad_out = grad_out.contiguous()
+        probs32 = _probabilities(q, k, bias, ctx.scale)
+        probs = probs32.to(q.dtype)
         grad_v = torch.matmul(probs.transpose(-2, -1), grad_out)
         grad_probs = torch.matmul(grad_out, v.transpose(-2, -1)).float()
-        probs32 = probs.float()
         grad_logits = grad_probs.sub_((grad_probs * probs32).sum(-1, keepdim=True)).mul_(probs32)
         grad_bias = None
-        if ctx.bias_meta is not None:
-            shape, dtype = ctx.bias_meta
-            grad_bias = grad_logits.sum_to_size(shape).to(dtype)
-        grad_logits = grad_logits.to(q_scaled.dtype)
+        if bias is not None and ctx.needs_input_grad[3]:
+            grad_bias = grad_logits.sum_to_size(bias.shape).to(bias.dtype)
+        grad_logits = grad_logits.to(q.dtype)
         grad_q = torch.matmul(grad_logits, k).mul_(ctx.scale)
-        grad_k = torch.matmul(grad_logits.transpose(-2, -1), q_scaled)
+        grad_k = torch.matmul(grad_logits.transpose(-2, -1), q).mul_(ctx.scale)
         if grad_k.shape != k.shape:  # keys / values broadcast over a batch dim
             grad_k, grad_v = grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape)
         return grad_q, grad_k, grad_v, grad_bias, None
 
 
 def _use_explicit_cpu(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> bool:
-    if q.device.type != 'cpu' or dropout_p > 0 or torch.compiler.is_compiling():
+    if (q.device.type != 'cpu' or dropout_p > 0 or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()):
         return False
     queries, keys = q.shape[-2], k.shape[-2]
     if queries * keys > EXPLICIT_CPU_MAX_ELEMENTS:

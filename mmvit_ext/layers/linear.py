@@ -49,6 +49,7 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.dtype == torch.float32 and x.dim() >= 2
             and x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]
             and not torch.is_autocast_enabled('cpu') and not torch.compiler.is_compiling()
+            and not torch.jit.is_tracing()
             and torch.backends.mkldnn.is_available())
 
 

@@ -49,10 +49,62 @@ class _GeluLinear(torch.autograd.Function):
 def gelu_linear(h: torch.Tensor, fc: nn.Linear) -> torch.Tensor:
     """``fc(gelu(h))`` (exact GELU) on CPU through :class:`_GeluLinear`; elsewhere, or under
     ``torch.compile``, the plain modules' ops."""
-    if h.device.type != 'cpu' or torch.compiler.is_compiling():
+    if h.device.type != 'cpu' or torch.compiler.is_compiling() or torch.jit.is_tracing():
         return fc(F.gelu(h))
     dtype = torch.get_autocast_dtype('cpu') if torch.is_autocast_enabled('cpu') else h.dtype
     return _GeluLinear.apply(h, fc.weight, fc.bias, dtype)
+
+
+class _LayerNormLinear(torch.autograd.Function):
+    """``linear(layer_norm(x), weight, bias)`` saving ``x`` and the row statistics instead of the
+    normalised tokens, which backward recomputes (one cheap pass over ``x``)."""
+
+    @staticmethod
+    def forward(ctx, x, norm_weight, norm_bias, eps, weight, bias, compute_dtype):
+        shape = (x.shape[-1],)
+        with torch.autocast(x.device.type, enabled=False):
+            normed, mean, rstd = torch.native_layer_norm(x, shape, norm_weight, norm_bias, eps)
+            b = bias.to(compute_dtype) if bias is not None else None
+            out = linear(normed.to(compute_dtype), weight.to(compute_dtype), b)
+        ctx.save_for_backward(x, norm_weight, norm_bias, mean, rstd, weight)
+        ctx.eps, ctx.compute_dtype, ctx.has_bias = eps, compute_dtype, bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, norm_weight, norm_bias, mean, rstd, weight = ctx.saved_tensors
+        need_x, need_nw, need_nb, _, need_w, need_b = ctx.needs_input_grad[:6]
+        shape = (x.shape[-1],)
+        with torch.autocast(x.device.type, enabled=False):
+            normed = torch.native_layer_norm(x, shape, norm_weight, norm_bias, ctx.eps)[0]
+            grad_normed, grad_w, grad_b = linear_backward(
+                grad_out.contiguous(), normed.to(ctx.compute_dtype),
+                weight.to(ctx.compute_dtype), ctx.has_bias, (True, need_w, need_b))
+            grad_x, grad_nw, grad_nb = torch.ops.aten.native_layer_norm_backward(
+                grad_normed.to(x.dtype), x, shape, mean, rstd, norm_weight, norm_bias,
+                [need_x, need_nw, need_nb])
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(weight.dtype)
+        return grad_x, grad_nw, grad_nb, None, grad_w, grad_b, None
+
+
+def _fusable_norm(norm: Optional[nn.Module], x: torch.Tensor) -> bool:
+    return (type(norm) is nn.LayerNorm and norm.elementwise_affine and len(norm.normalized_shape) == 1
+            and x.device.type == 'cpu' and x.dtype == torch.float32 and x.is_contiguous()
+            and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
+
+
+def layer_norm_linear(x: torch.Tensor, norm: Optional[nn.Module], fc: nn.Linear) -> torch.Tensor:
+    """``fc(norm(x))``; a float32 CPU LayerNorm is fused with ``fc`` (:class:`_LayerNormLinear`)
+    so that the normalised tokens are not kept for backward."""
+    if norm is None:
+        return fc(x)
+    if not _fusable_norm(norm, x):
+        return fc(norm(x))
+    dtype = torch.get_autocast_dtype('cpu') if torch.is_autocast_enabled('cpu') else x.dtype
+    return _LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps, fc.weight, fc.bias, dtype)
 
 
 def _exact_gelu(act: nn.Module) -> bool:
@@ -73,8 +125,9 @@ class Mlp(nn.Module):
         self.fc2 = Linear(hidden_features, out_features, bias=bias)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc1(x)
+    def forward(self, x: torch.Tensor, norm: Optional[nn.Module] = None) -> torch.Tensor:
+        """MLP of ``x``, or of ``norm(x)`` with the norm fused into fc1 where it can be."""
+        h = layer_norm_linear(x, norm, self.fc1)
         if _exact_gelu(self.act) and not (self.training and isinstance(self.drop, nn.Dropout)):
             return gelu_linear(h, self.fc2)
         return self.drop(self.fc2(self.drop(self.act(h))))
@@ -98,8 +151,10 @@ class ConvMlp(nn.Module):
         self.fc2 = Linear(hidden_features, in_features)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, hw: 'tuple[int, int]') -> torch.Tensor:
-        x = self.relu(self.fc1(x))
+    def forward(self, x: torch.Tensor, hw: 'tuple[int, int]',
+                norm: Optional[nn.Module] = None) -> torch.Tensor:
+        """FFN of ``x`` (or of ``norm(x)``, fused into fc1 as in :class:`Mlp`) on an hw grid."""
+        x = self.relu(layer_norm_linear(x, norm, self.fc1))
         b, n, c = x.shape
         grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
         x = self.dwconv(grid).flatten(2).transpose(1, 2)

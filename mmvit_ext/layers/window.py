@@ -50,3 +50,69 @@ def shifted_window_mask(height: int, width: int, window_size: Size2, shift_size:
     region = window_partition(region, window_size)[0, :, :, 0]  # (num_windows, N)
     diff = region.unsqueeze(1) - region.unsqueeze(2)
     return torch.zeros_like(diff).masked_fill_(diff != 0, masked_value)
+
+
+class _RowGather(torch.autograd.Function):
+    """``out = x[index]`` on rows, rows ``zero_rows`` of ``out`` set to 0; the backward is the
+    same kind of gather with the inverse index (``index`` is a bijection between the non-zero
+    output rows and the input rows), so neither direction needs a scatter-add."""
+
+    @staticmethod
+    def forward(ctx, x, index, zero_rows, inverse, inverse_zero_rows):
+        out = x.index_select(0, index)
+        if zero_rows.numel():
+            out.index_fill_(0, zero_rows, 0)
+        ctx.save_for_backward(inverse, inverse_zero_rows, index, zero_rows)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        inverse, inverse_zero_rows, index, zero_rows = ctx.saved_tensors
+        return (_RowGather.apply(grad.contiguous(), inverse, inverse_zero_rows, index, zero_rows),
+                None, None, None, None)
+
+
+class WindowLayout:
+    """Token order of a (B, H, W) map after zero-padding to whole windows, the cyclic shift and
+    the window partition, as index tensors: one gather each way instead of pad + roll +
+    partition (and their reverses), forward and backward.
+
+    ``to_windows`` maps (B, H*W, C) tokens to (B, windows, wh*ww, C) with padded tokens zero;
+    ``from_windows`` is its inverse on the valid tokens (padding dropped).
+    """
+
+    def __init__(self, batch: int, height: int, width: int, window_size: Size2,
+                 shift_size: Size2, device: torch.device) -> None:
+        wh, ww = window_size
+        hp, wp = height + (-height % wh), width + (-width % ww)
+        self.padded = (hp, wp)
+        self.num_windows = (hp // wh) * (wp // ww)
+        self.window_tokens = wh * ww
+        rows = (torch.arange(height).view(-1, 1) - shift_size[0]) % hp
+        cols = (torch.arange(width).view(1, -1) - shift_size[1]) % wp
+        # windowed position of every valid token (rolled by -shift, then partitioned)
+        pos = ((rows // wh) * (wp // ww) + cols // ww) * (wh * ww) + (rows % wh) * ww + cols % ww
+        pos = pos.flatten()
+        src = torch.zeros(hp * wp, dtype=torch.long)
+        src[pos] = torch.arange(height * width)
+        valid = torch.zeros(hp * wp, dtype=torch.bool)
+        valid[pos] = True
+        pad = (~valid).nonzero().flatten()
+        offsets_tokens = torch.arange(batch).view(-1, 1) * (height * width)
+        offsets_windows = torch.arange(batch).view(-1, 1) * (hp * wp)
+        self.gather_windows = (src + offsets_tokens).flatten().to(device)
+        self.pad_rows = (pad + offsets_windows).flatten().to(device)
+        self.gather_tokens = (pos + offsets_windows).flatten().to(device)
+        self.no_rows = torch.zeros(0, dtype=torch.long, device=device)
+
+    def to_windows(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, c = x.shape
+        out = _RowGather.apply(x.reshape(-1, c), self.gather_windows, self.pad_rows,
+                               self.gather_tokens, self.no_rows)
+        return out.view(b, self.num_windows, self.window_tokens, c)
+
+    def from_windows(self, windows: torch.Tensor) -> torch.Tensor:
+        b, c = windows.shape[0], windows.shape[-1]
+        out = _RowGather.apply(windows.reshape(-1, c), self.gather_tokens, self.no_rows,
+                               self.gather_windows, self.pad_rows)
+        return out.view(b, -1, c)
