@@ -261,3 +261,36 @@ def test_explicit_cpu_attention_matches_sdpa(dtype, windows):
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
         torch.testing.assert_close(a.float(), b.float(), **tol)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('relu', [False, True])
+def test_layer_norm_fused_into_fc1_matches_module_ops(dtype, relu):
+    """ConvMlp(norm=...) fuses the block's LayerNorm into fc1 (and the PVTv2-li ReLU after it):
+    same outputs and gradients as norm -> fc1 -> relu -> dwconv -> gelu -> fc2."""
+    torch.manual_seed(0)
+    mlp, norm = ConvMlp(16, 64, linear=relu), nn.LayerNorm(16)
+    nn.init.normal_(norm.weight)
+    nn.init.normal_(norm.bias)
+    x = torch.randn(2, 300, 16, requires_grad=True)
+    params = list(mlp.parameters()) + list(norm.parameters())
+
+    def run(fused: bool):
+        x.grad = None
+        for p in params:
+            p.grad = None
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype != torch.float32):
+            if fused:
+                out = mlp(x, (15, 20), norm=norm)
+            else:
+                h = mlp.fc1(norm(x))
+                h = torch.relu(h) if relu else h
+                grid = h.transpose(1, 2).reshape(2, 64, 15, 20)
+                out = mlp.fc2(F.gelu(mlp.dwconv(grid).flatten(2).transpose(1, 2)))
+        out.float().pow(2).sum().backward()
+        return [out.detach().float(), x.grad.clone()] + [p.grad.clone() for p in params]
+
+    fused, plain = run(True), run(False)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b, **tol)

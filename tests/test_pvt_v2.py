@@ -64,7 +64,13 @@ def test_linear_sra_pools_to_7x7_at_any_size():
     for size in ((64, 64), (200, 96)):
         tokens = torch.randn(1, (size[0] // 4) * (size[1] // 4), 16)
         assert attn.reduce(tokens, (size[0] // 4, size[1] // 4)).shape == (1, 49, 16)
-    assert isinstance(model.layers[0].blocks[0].mlp.relu, torch.nn.ReLU)
+    mlp = model.layers[0].blocks[0].mlp
+    assert mlp.linear  # ReLU after fc1: negative pre-activations never reach the dwconv
+    with torch.no_grad():
+        mlp.fc1.bias.fill_(-100.0)
+        mlp.dwconv.bias.zero_()
+        out = mlp(torch.randn(1, 16, 16), (4, 4))
+    torch.testing.assert_close(out, mlp.fc2.bias.expand_as(out))
 
 
 def test_swin_checkpoint_is_refused_by_pvt(tmp_path):

@@ -56,26 +56,32 @@ def gelu_linear(h: torch.Tensor, fc: nn.Linear) -> torch.Tensor:
 
 
 class _LayerNormLinear(torch.autograd.Function):
-    """``linear(layer_norm(x), weight, bias)`` saving ``x`` and the row statistics instead of the
-    normalised tokens, which backward recomputes (one cheap pass over ``x``)."""
+    """``linear(layer_norm(x), weight, bias)`` (then a ReLU in place if ``relu``) saving ``x``
+    and the row statistics instead of the normalised tokens, which backward recomputes (one cheap
+    pass over ``x``)."""
 
     @staticmethod
-    def forward(ctx, x, norm_weight, norm_bias, eps, weight, bias, compute_dtype):
+    def forward(ctx, x, norm_weight, norm_bias, eps, weight, bias, compute_dtype, relu=False):
         shape = (x.shape[-1],)
         with torch.autocast(x.device.type, enabled=False):
             normed, mean, rstd = torch.native_layer_norm(x, shape, norm_weight, norm_bias, eps)
             b = bias.to(compute_dtype) if bias is not None else None
             out = linear(normed.to(compute_dtype), weight.to(compute_dtype), b)
-        ctx.save_for_backward(x, norm_weight, norm_bias, mean, rstd, weight)
+            if relu:
+                out = out.relu_()
+        ctx.save_for_backward(x, norm_weight, norm_bias, mean, rstd, weight,
+                              out if relu else None)
         ctx.eps, ctx.compute_dtype, ctx.has_bias = eps, compute_dtype, bias is not None
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, norm_weight, norm_bias, mean, rstd, weight = ctx.saved_tensors
+        x, norm_weight, norm_bias, mean, rstd, weight, relu_out = ctx.saved_tensors
         need_x, need_nw, need_nb, _, need_w, need_b = ctx.needs_input_grad[:6]
         shape = (x.shape[-1],)
         with torch.autocast(x.device.type, enabled=False):
+            if relu_out is not None:
+                grad_out = torch.ops.aten.threshold_backward(grad_out, relu_out, 0)
             normed = torch.native_layer_norm(x, shape, norm_weight, norm_bias, ctx.eps)[0]
             grad_normed, grad_w, grad_b = linear_backward(
                 grad_out.contiguous(), normed.to(ctx.compute_dtype),
@@ -87,7 +93,7 @@ class _LayerNormLinear(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(weight.dtype)
-        return grad_x, grad_nw, grad_nb, None, grad_w, grad_b, None
+        return grad_x, grad_nw, grad_nb, None, grad_w, grad_b, None, None
 
 
 def _fusable_norm(norm: Optional[nn.Module], x: torch.Tensor) -> bool:
@@ -96,15 +102,16 @@ def _fusable_norm(norm: Optional[nn.Module], x: torch.Tensor) -> bool:
             and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
 
 
-def layer_norm_linear(x: torch.Tensor, norm: Optional[nn.Module], fc: nn.Linear) -> torch.Tensor:
-    """``fc(norm(x))``; a float32 CPU LayerNorm is fused with ``fc`` (:class:`_LayerNormLinear`)
-    so that the normalised tokens are not kept for backward."""
-    if norm is None:
-        return fc(x)
-    if not _fusable_norm(norm, x):
-        return fc(norm(x))
+def layer_norm_linear(x: torch.Tensor, norm: Optional[nn.Module], fc: nn.Linear,
+                      relu: bool = False) -> torch.Tensor:
+    """``fc(norm(x))`` (then ReLU if ``relu``); a float32 CPU LayerNorm is fused with ``fc``
+    (:class:`_LayerNormLinear`) so that the normalised tokens are not kept for backward."""
+    if norm is None or not _fusable_norm(norm, x):
+        out = fc(x if norm is None else norm(x))
+        return F.relu(out, inplace=True) if relu else out  # fc's output is not saved by fc
     dtype = torch.get_autocast_dtype('cpu') if torch.is_autocast_enabled('cpu') else x.dtype
-    return _LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps, fc.weight, fc.bias, dtype)
+    return _LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps, fc.weight, fc.bias, dtype,
+                                  relu)
 
 
 def _exact_gelu(act: nn.Module) -> bool:
@@ -145,7 +152,7 @@ class ConvMlp(nn.Module):
                  linear: bool = False) -> None:
         super().__init__()
         self.fc1 = Linear(in_features, hidden_features)
-        self.relu = nn.ReLU() if linear else nn.Identity()
+        self.linear = linear
         self.dwconv = nn.Conv2d(hidden_features, hidden_features, 3, 1, 1, groups=hidden_features)
         self.act = act_layer()
         self.fc2 = Linear(hidden_features, in_features)
@@ -154,7 +161,7 @@ class ConvMlp(nn.Module):
     def forward(self, x: torch.Tensor, hw: 'tuple[int, int]',
                 norm: Optional[nn.Module] = None) -> torch.Tensor:
         """FFN of ``x`` (or of ``norm(x)``, fused into fc1 as in :class:`Mlp`) on an hw grid."""
-        x = self.relu(layer_norm_linear(x, norm, self.fc1))
+        x = layer_norm_linear(x, norm, self.fc1, relu=self.linear)
         b, n, c = x.shape
         grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
         x = self.dwconv(grid).flatten(2).transpose(1, 2)
