@@ -8,7 +8,8 @@ from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, ConvMlp, Lay
                               MapTransform, Mlp, PatchEmbed, RelativePositionBias, get_cpu_gemm,
                               linear_drop_path_rates, pad_to_windows, relative_position_index,
                               resize_pos_embed, resize_rel_pos_table, set_cpu_gemm,
-                              shifted_window_mask, window_partition, window_reverse)
+                              shifted_window_mask, WindowLayout, window_partition,
+                              window_reverse)
 from mmvit_ext.layers.attention import _ExplicitAttention, _use_explicit_cpu
 from mmvit_ext.layers.linear import ONEDNN_MIN_ROWS, _initial_cpu_gemm
 from official_layouts import official_swin_rel_index
@@ -294,3 +295,30 @@ def test_layer_norm_fused_into_fc1_matches_module_ops(dtype, relu):
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
     for a, b in zip(fused, plain):
         torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize('hw,shift', [((16, 19), (0, 0)), ((16, 19), (3, 3)), ((7, 10), (3, 3))])
+def test_window_layout_equals_pad_roll_partition(hw, shift):
+    """One gather each way gives exactly pad -> roll -> partition and its reverse, and the same
+    gradients (padded positions are zeros that receive none)."""
+    b, c, win = 2, 5, (7, 7)
+    h, w = hw
+    layout = WindowLayout(b, h, w, win, shift, torch.device('cpu'))
+    x = torch.randn(b, h * w, c, requires_grad=True)
+
+    def reference(t):
+        t = pad_to_windows(t.view(b, h, w, c), win)
+        return torch.roll(t, (-shift[0], -shift[1]), (1, 2)) if any(shift) else t
+
+    ref = window_partition(reference(x), win)
+    ours = layout.to_windows(x)
+    assert torch.equal(ours, ref) and layout.padded == reference(x).shape[1:3]
+    weights = torch.randn_like(ref)
+    back = layout.from_windows(ours * weights)
+    hp, wp = layout.padded
+    ref_back = window_reverse(ref * weights, win, hp, wp)
+    ref_back = torch.roll(ref_back, shift, (1, 2)) if any(shift) else ref_back
+    assert torch.equal(back, ref_back[:, :h, :w].reshape(b, h * w, c))
+    (grad,) = torch.autograd.grad((back ** 2).sum(), x)
+    (ref_grad,) = torch.autograd.grad((ref_back[:, :h, :w] ** 2).sum(), x)
+    torch.testing.assert_close(grad, ref_grad)

@@ -57,7 +57,8 @@ class PyramidVisionTransformerV2(BaseBackbone):
         arch: ``b0 b1 b2 b2_li b3 b4 b5`` (aliases ``pvt_v2_b2`` ...) or a dict with
             ``embed_dims``, ``depths``, ``num_heads`` (optional ``mlp_ratios``, ``sr_ratios``,
             ``linear``).
-        fused_attn: use ``F.scaled_dot_product_attention``.
+        fused_attn: fused attention (``F.scaled_dot_product_attention``; on CPU the small-map
+            kernel of ``layers.attention`` where it is faster).
     """
 
     family = 'pvtv2'

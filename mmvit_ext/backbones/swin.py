@@ -132,7 +132,9 @@ class SwinTransformer(BaseBackbone):
         pretrain_img_size: image size of pretraining; sets the absolute position grid.
         window_size: 7 (224 pretraining) or 12 (384); tables of other sizes are resized on load.
         use_abs_pos_embed: add an absolute position embedding (resized to every input).
-        fused_attn: use ``F.scaled_dot_product_attention`` with bias and masks as ``attn_mask``.
+        fused_attn: fused attention with bias and masks as an additive mask
+            (``F.scaled_dot_product_attention``; on CPU the small-map kernel of
+            ``layers.attention``); ``False`` materialises maps for analysis hooks.
     """
 
     family = 'swin'
