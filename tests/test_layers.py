@@ -10,6 +10,7 @@ from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, ConvMlp, Lay
                               resize_pos_embed, resize_rel_pos_table, set_cpu_gemm,
                               shifted_window_mask, WindowLayout, window_partition,
                               window_reverse)
+from mmvit_ext.layers import attention as attention_module
 from mmvit_ext.layers.attention import _ExplicitAttention, _use_explicit_cpu
 from mmvit_ext.layers.linear import ONEDNN_MIN_ROWS, _initial_cpu_gemm
 from official_layouts import official_swin_rel_index
@@ -240,14 +241,21 @@ def test_fused_gelu_fc2_matches_module_ops(dtype, conv):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('windows', [False, True])
-def test_explicit_cpu_attention_matches_sdpa(dtype, windows):
+@pytest.mark.parametrize('windows,bias_shape,chunk', [
+    (False, (1, 100, 100), None), (True, (5, 3, 49, 49), None),
+    (True, (5, 3, 49, 49), 2 * 2 * 3 * 49 * 49), (True, (3, 49, 49), 3 * 2 * 3 * 49 * 49)])
+def test_explicit_cpu_attention_matches_sdpa(dtype, windows, bias_shape, chunk, monkeypatch):
     """The hand-written CPU kernel for small maps: outputs and gradients of q, k, v and a
-    per-window bias equal F.scaled_dot_product_attention's."""
+    per-window (or shared) bias equal F.scaled_dot_product_attention's, also when windows run in
+    chunks (of 2 and 3 windows: the last chunk shorter)."""
+    if chunk is not None:
+        monkeypatch.setattr(attention_module, 'EXPLICIT_CPU_CHUNK_ELEMENTS', chunk)
     torch.manual_seed(0)
     shape = (2, 5, 3, 49, 16) if windows else (2, 3, 100, 16)
     q, k, v = (torch.randn(*shape, dtype=dtype, requires_grad=True) for _ in range(3))
-    bias = torch.randn(*((5, 3, 49, 49) if windows else (1, 100, 100)), requires_grad=True)
+    bias = torch.randn(*bias_shape, requires_grad=True)
+    if chunk is not None:
+        assert attention_module._Chunks(q, k, v, bias).step == chunk // (2 * 3 * 49 * 49)
     assert _use_explicit_cpu(q, k, 0.0) and not _use_explicit_cpu(q, k, 0.1)
     grad = torch.randn(shape, dtype=dtype)
     ours = _ExplicitAttention.apply(q, k, v, bias, 0.25)
