@@ -32,21 +32,27 @@ def window_reverse(windows: torch.Tensor, window_size: Size2, height: int, width
     return x.reshape(b, height, width, c)
 
 
+def _shift_regions(length: int, window: int, shift: int, device: torch.device) -> torch.Tensor:
+    """Region (0, 1, 2) of each position along one axis of the shifted map: before the last
+    window, inside it before the wrapped-around part, the wrapped-around part."""
+    positions = torch.arange(length, device=device)
+    if not shift:
+        return torch.zeros_like(positions)
+    return (positions >= length - window).long() + (positions >= length - shift).long()
+
+
 def shifted_window_mask(height: int, width: int, window_size: Size2, shift_size: Size2,
                         device: torch.device = None, masked_value: float = -100.0) -> torch.Tensor:
     """Additive mask (num_windows, N, N) that keeps tokens of different regions of the cyclically
     shifted (padded) map from attending to each other; ``masked_value`` follows the official -100.
+
+    Regions come from comparisons with the region bounds rather than slice assignments, so the
+    same code compiles under ``torch.compile`` (inductor's CPU code generator fails on the
+    chained masked stores the assignments become, torch 2.11).
     """
-    region = torch.zeros(1, height, width, 1, device=device)
-    count = 0
-    h_slices = (slice(0, -window_size[0]), slice(-window_size[0], -shift_size[0]),
-                slice(-shift_size[0], None)) if shift_size[0] else (slice(None),)
-    w_slices = (slice(0, -window_size[1]), slice(-window_size[1], -shift_size[1]),
-                slice(-shift_size[1], None)) if shift_size[1] else (slice(None),)
-    for hs in h_slices:
-        for ws in w_slices:
-            region[:, hs, ws, :] = count
-            count += 1
+    rows = _shift_regions(height, window_size[0], shift_size[0], device)
+    cols = _shift_regions(width, window_size[1], shift_size[1], device)
+    region = (rows[:, None] * 3 + cols[None, :]).float().view(1, height, width, 1)
     region = window_partition(region, window_size)[0, :, :, 0]  # (num_windows, N)
     diff = region.unsqueeze(1) - region.unsqueeze(2)
     return torch.zeros_like(diff).masked_fill_(diff != 0, masked_value)
