@@ -12,6 +12,7 @@ Example:
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
     python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --eval --scaling
     python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
+    python tools/analysis/benchmark.py pvtv2:b2_li --modes fwdbwd --scaling --retain-heap
 """
 import argparse
 import ast
@@ -27,6 +28,7 @@ from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_pe
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
+from mmvit_ext.utils import retain_freed_memory
 
 
 
@@ -49,6 +51,9 @@ def parse_args() -> argparse.Namespace:
                         help='models in eval mode (inference: BatchNorm statistics, chunked maps)')
     parser.add_argument('--scaling', action='store_true',
                         help='also time ours at twice the pixels (2H x W) and print the ratio')
+    parser.add_argument('--retain-heap', action='store_true',
+                        help='CPU: keep freed memory in the process for reuse (glibc; every '
+                             'model in the run alike), see mmvit_ext.utils.heap')
     args = parser.parse_args()
     if bool(args.backbone) == bool(args.config):
         parser.error('give either a backbone FAMILY:ARCH or --config')
@@ -128,6 +133,9 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
+    heap = 'default heap'
+    if args.retain_heap:
+        heap = 'heap retained' if retain_freed_memory() else 'default heap (not glibc)'
     models = build_models(args)
     for model in models.values():  # mmdet's backbones return None from train()
         model.to(device).train(not args.eval)
@@ -136,7 +144,7 @@ def main() -> None:
     flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}
     peak = matmul_peak(device, dtype)
     print(f'device {device}, {args.dtype}, batch {args.batch}, {args.size[0]}x{args.size[1]}; '
-          f'matmul peak {peak / 1e9:.0f} GFLOP/s')
+          f'matmul peak {peak / 1e9:.0f} GFLOP/s; {heap}')
     results = measure_interleaved(models, x, modes, dtype, args.warmup, args.repeat)
     print('\n| model | mode | median s | peak MB | GFLOP/s | % of peak |\n|---|---|---|---|---|---|')
     for name, res in results.items():
@@ -148,6 +156,8 @@ def main() -> None:
                   f'| {name} | {mode} | {t:.3f} | {res.peak_mem[mode] / 2 ** 20:.0f} | - | - |')
     summary = [f'{args.backbone or args.config}', args.dtype,
                f'b{args.batch}', f'{args.size[0]}x{args.size[1]}']
+    if args.retain_heap:
+        summary.append('retain_heap')
     ours = results['ours']
     for name in (n for n in results if n != 'ours'):
         for mode in modes:
