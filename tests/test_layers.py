@@ -1,4 +1,6 @@
 """Shared layers on small tensors."""
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -270,6 +272,21 @@ def test_explicit_cpu_attention_matches_sdpa(dtype, windows, bias_shape, chunk, 
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
         torch.testing.assert_close(a.float(), b.float(), **tol)
+
+
+def test_explicit_cpu_attention_keys_broadcast_over_batch():
+    """Keys / values shared by every batch element get their gradients summed over it."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 100, 16, requires_grad=True)
+    k, v = (torch.randn(1, 3, 100, 16, requires_grad=True) for _ in range(2))
+    grad = torch.randn(2, 3, 100, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # e.g. an out= tensor resized
+        got = torch.autograd.grad(_ExplicitAttention.apply(q, k, v, None, 0.25), (q, k, v), grad)
+    ref = F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q), scale=0.25)
+    for a, b in zip(got, torch.autograd.grad(ref, (q, k, v), grad)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])

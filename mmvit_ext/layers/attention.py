@@ -181,8 +181,10 @@ class _ExplicitAttention(torch.autograd.Function):
         q, k, v, bias = ctx.saved_tensors
         chunks = _Chunks(q, k, v, bias)
         grad_out = chunks.restore(grad_out).contiguous()  # the transpose is its own inverse
-        grad_q, grad_k, grad_v = (torch.empty(t.shape, dtype=t.dtype)
-                                  for t in (chunks.q, chunks.k, chunks.v))
+        batch = torch.broadcast_shapes(chunks.q.shape[:-2], chunks.k.shape[:-2])
+        grad_q = torch.empty(chunks.q.shape, dtype=q.dtype)
+        grad_k, grad_v = (torch.empty(batch + t.shape[-2:], dtype=t.dtype)  # summed below
+                          for t in (chunks.k, chunks.v))
         need_bias = bias is not None and ctx.needs_input_grad[3]
         grad_bias = torch.zeros(chunks.bias.shape) if need_bias else None
         for start, size in chunks:
