@@ -12,6 +12,7 @@ from torch import nn
 
 from ..layers import linear
 from ..layers.workspace import release_workspace
+from ..utils.heap import trim_freed_memory
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -30,14 +31,10 @@ class Measurement:
 def _release_free_heap() -> None:
     """Give freed heap pages back to the OS (glibc ``malloc_trim``), so the next block's RSS
     growth is its own peak rather than hidden by memory an earlier run freed but kept."""
-    import ctypes
     import gc
     release_workspace()  # our scratch buffers are counted in the run that allocates them
     gc.collect()
-    try:
-        ctypes.CDLL('libc.so.6').malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: RSS growth is then a lower bound
-        pass
+    trim_freed_memory()  # not glibc: RSS growth is then a lower bound
 
 
 class PeakMemory:

@@ -182,11 +182,12 @@ class _ExplicitAttention(torch.autograd.Function):
         chunks = _Chunks(q, k, v, bias)
         grad_out = chunks.restore(grad_out).contiguous()  # the transpose is its own inverse
         batch = torch.broadcast_shapes(chunks.q.shape[:-2], chunks.k.shape[:-2])
-        grad_q = torch.empty(chunks.q.shape, dtype=q.dtype)
-        grad_k, grad_v = (torch.empty(batch + t.shape[-2:], dtype=t.dtype)  # summed below
+        grad_q = chunks.q.new_empty(chunks.q.shape)
+        grad_k, grad_v = (t.new_empty(batch + t.shape[-2:])  # summed below
                           for t in (chunks.k, chunks.v))
         need_bias = bias is not None and ctx.needs_input_grad[3]
-        grad_bias = torch.zeros(chunks.bias.shape) if need_bias else None
+        grad_bias = chunks.bias.new_zeros(chunks.bias.shape, dtype=torch.float32) \
+            if need_bias else None
         for start, size in chunks:
             qc, kc, vc, bc = chunks.inputs(start, size)
             go = chunks.take(grad_out, start, size)
