@@ -1,4 +1,7 @@
-"""retain_freed_memory: a freed large block is reused without faulting its pages in again."""
+"""retain_freed_memory: says whether it took effect, checked against glibc's own accounting.
+
+Only the C library's behaviour is asserted (where a 64 MB block comes from), never what the
+host kernel does with freed pages, which differs between machines."""
 import subprocess
 import sys
 from pathlib import Path
@@ -6,30 +9,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = '''
-import resource, torch
-from mmvit_ext.utils import retain_freed_memory
-
-def faults_of_a_reused_block():
-    block = torch.ones(2 ** 24)  # 64 MB, above glibc's largest mmap threshold
-    del block
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    block = torch.ones(2 ** 24)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-default = faults_of_a_reused_block()
-assert retain_freed_memory()
-faults_of_a_reused_block()  # the heap grows once
-print(default, faults_of_a_reused_block())
+from mmvit_ext.utils.heap import large_block_is_mmapped, retain_freed_memory
+before = large_block_is_mmapped()
+setting = retain_freed_memory()
+print(before, bool(setting), large_block_is_mmapped(), setting.reason)
 '''
 
 
-def test_retained_heap_reuses_pages_instead_of_faulting_them_in():
-    """By default glibc unmaps a 64 MB block on free, so the next one faults in all ~16k pages;
-    with the heap retained (run in a subprocess: the setting is process-wide) it faults in
-    almost none."""
+def test_retain_heap_reports_what_glibc_does():
+    """By default glibc gives a 64 MB block its own mmap; once retained, it comes from the heap
+    and the setting reports that it took effect (run in a subprocess: the setting is
+    process-wide)."""
     result = subprocess.run([sys.executable, '-c', PROBE], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    default, retained = map(int, result.stdout.split())
-    assert default > 10000  # 64 MB / 4 KB pages = 16384
-    assert retained < default // 20
+    before, applied, after, reason = result.stdout.split(maxsplit=3)
+    assert (before, applied, after) == ('True', 'True', 'False'), result.stdout
+    assert reason.strip() == 'large blocks now come from the retained heap'
+
+
+def test_retain_heap_flag_reports_its_outcome():
+    result = subprocess.run([sys.executable, 'tools/analysis/benchmark.py', 'pvtv2:b0', '--size',
+                             '32', '32', '--batch', '1', '--warmup', '0', '--repeat', '1',
+                             '--modes', 'fwd', '--retain-heap'],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '[heap] --retain-heap: large blocks now come from the retained heap' in result.stdout
+    assert 'heap retained' in result.stdout and 'retain_heap' in result.stdout.splitlines()[-1]

@@ -212,7 +212,7 @@ def test_cls_token_output_and_dense_drop_classifier_keys(tmp_path):
     assert not report.missing and not report.unexpected
 
 
-def test_pos_embed_resized_from_checkpoint_and_cached(tmp_path):
+def test_pos_embed_resized_from_checkpoint_and_at_every_size(tmp_path):
     source = DeepViT(arch=TINY[DeepViT], img_size=384, out_type='cls_token')
     path = tmp_path / 'ckpt.pth'
     torch.save({'state_dict': export_official_deepvit(source.state_dict())}, path)
@@ -221,10 +221,12 @@ def test_pos_embed_resized_from_checkpoint_and_cached(tmp_path):
     report = load_pretrained(target, path)
     assert 'pos_embed' in report.resized and target.pos_embed.shape == (1, 197, 32)
     target.eval()
+    buffers = {name for name, _ in target.named_buffers()}
     with torch.no_grad():
         a = target(torch.randn(1, 3, 80, 96))[0]
-        b = target(torch.randn(1, 3, 80, 96))[0]
-    assert a.shape == b.shape == (1, 32, 5, 6) and len(target._pos_cache) == 1
+        b = target(torch.randn(1, 3, 96, 80))[0]
+    assert a.shape == (1, 32, 5, 6) and b.shape == (1, 32, 6, 5)
+    assert {name for name, _ in target.named_buffers()} == buffers  # nothing kept per size
     target.train()
     target(torch.randn(1, 3, 80, 96))[0].sum().backward()
     assert target.pos_embed.grad is not None and target.pos_embed.grad.abs().sum() > 0
@@ -249,22 +251,8 @@ def test_bad_dense_arguments(bad, match):
         DeepViT(arch=TINY[DeepViT], **bad)
 
 
-def test_inference_chunks_explicit_maps_with_the_same_result(monkeypatch):
-    """Large explicit maps run in query chunks at inference when the transforms allow it."""
-    import mmvit_ext.layers.attention as attention
-    model = _randomise(DeepViT(arch=dict(TINY[DeepViT], reattention_blocks=4), window_size=None,
-                               simple_pyramid=False)).eval()
-    cait = _randomise(CaiT(arch=TINY[CaiT], window_size=None, simple_pyramid=False)).eval()
-    x = torch.randn(2, 3, 96, 112)
-    with torch.no_grad():
-        whole = model(x)[0], cait(x)[0]
-        calls = []
-        original = attention._explicit
-        monkeypatch.setattr(attention, '_explicit', lambda *a: calls.append(a[0].shape[-2])
-                            or original(*a))
-        monkeypatch.setattr(attention, 'MAP_CHUNK_ELEMENTS', 2 * 2 * 42 * 10)
-        chunked = model(x)[0], cait(x)[0]
-    assert max(calls) < 42 and len(calls) > 8  # 42 tokens split into chunks
-    for a, b in zip(whole, chunked):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+def test_row_locality_of_map_transforms():
     assert ReAttention(2).train().row_local() is False  # batch statistics need the whole map
+    assert ReAttention(2).eval().row_local() is True   # statistics folded into the mixing
+    assert TalkingHeads(2).row_local() is True
+    assert RefinerMap(2).row_local() is False          # a convolution over the map

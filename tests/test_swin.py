@@ -48,7 +48,7 @@ def test_final_norm_and_buffers_are_mapped():
     assert torch.equal(converted['norm3.weight'], official['norm.weight'])
     assert not any(k.startswith('head.') or k.endswith(('attn_mask', 'relative_position_index'))
                    for k in converted)
-    assert 'layers.0.blocks.0.rel_pos.relative_position_bias_table' in converted
+    assert 'layers.0.blocks.0.attn.rel_pos.relative_position_bias_table' in converted
     model_keys = set(SwinTransformer(dict(embed_dims=96, depths=(2, 2, 2, 2),
                                           num_heads=(3, 6, 12, 24))).state_dict())
     assert set(converted) - model_keys == set()
@@ -70,7 +70,7 @@ def test_window12_model_loads_window7_checkpoint_with_resized_tables(tmp_path):
     from mmvit_ext.converters import load_pretrained
     report = load_pretrained(model, path)
     assert len(report.resized) == 5 and all(k.endswith('bias_table') for k in report.resized)
-    assert model.layers[0].blocks[0].rel_pos.relative_position_bias_table.shape == (23 * 23, 3)
+    assert model.layers[0].blocks[0].attn.rel_pos.relative_position_bias_table.shape == (23 * 23, 3)
     assert report.missing == [f'norm{i}.{p}' for i in range(3) for p in ('bias', 'weight')]
     assert report.unexpected == []
 

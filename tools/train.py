@@ -64,9 +64,10 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def main() -> None:
     args = parse_args()
-    if args.retain_heap and not retain_freed_memory():
-        print('warning: --retain-heap needs glibc; running with the default allocator',
-              file=sys.stderr)
+    if args.retain_heap:
+        setting = retain_freed_memory()
+        print(f'[heap] --retain-heap {"took effect" if setting else "had no effect"}: '
+              f'{setting.reason}', file=sys.stderr if not setting else sys.stdout)
     cfg = build_config(args)
     problems = neck_channel_mismatch(cfg) + missing_data(cfg, ('train', 'val'))
     if not cfg.get('resume'):

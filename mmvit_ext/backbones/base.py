@@ -3,7 +3,9 @@
 Every backbone resolves an ``arch`` from its ``arch_zoo`` (names and aliases, or a validated
 custom dict), validates ``out_indices`` / ``frozen_stages``, honours ``norm_eval`` and ``with_cp``,
 loads official checkpoints through ``init_cfg=dict(type='Pretrained', checkpoint=...)``, and
-publishes its output contract as data: ``out_channels`` and ``strides`` per output.
+publishes its output contract as data: ``out_channels`` and ``strides`` per output, derived from
+the channels and strides of every selectable level and ``out_indices``. Parts after the last
+selected level are not built (they would get no gradient, which breaks DDP).
 """
 import math
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
@@ -14,6 +16,7 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .. import ops
 from ..converters import load_pretrained
 from ..converters.layouts import StateDict
 from ..layers import resize_rel_pos_table
@@ -21,8 +24,8 @@ from ..layers import resize_rel_pos_table
 
 class BaseBackbone(BaseModule):
     """Contract base. Subclasses set ``family``, ``arch_zoo``, ``essential_keys`` and
-    ``optional_keys``, build their layers, set ``out_channels`` / ``strides`` and implement
-    :meth:`frozen_modules` and ``forward``."""
+    ``optional_keys``, call :meth:`_set_contract`, build their layers and implement
+    :meth:`forward_features`, :meth:`frozen_modules` and :meth:`unbuilt_prefixes`."""
 
     family: str = ''
     arch_zoo: Dict[str, Dict[str, Any]] = {}
@@ -34,8 +37,8 @@ class BaseBackbone(BaseModule):
     def __init__(self, init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.out_indices: Tuple[int, ...] = ()
-        self.out_channels: Tuple[int, ...] = ()
-        self.strides: Tuple[int, ...] = ()
+        self.level_channels: Tuple[int, ...] = ()
+        self.level_strides: Tuple[int, ...] = ()
         self.frozen_stages = -1
         self.norm_eval = False
         self.with_cp = False
@@ -64,11 +67,13 @@ class BaseBackbone(BaseModule):
                              f'{sorted(cls.essential_keys | cls.optional_keys)})')
         return dict(arch)
 
-    def _set_contract(self, out_indices: Union[int, Sequence[int]], num_outputs: int,
-                      channels: Sequence[int], strides: Sequence[int], frozen_stages: int,
-                      num_stages: int, norm_eval: bool, with_cp: bool) -> None:
-        """Validate and store the common arguments; ``channels``/``strides`` list every level."""
+    def _set_contract(self, out_indices: Union[int, Sequence[int]], channels: Sequence[int],
+                      strides: Sequence[int], frozen_stages: int, num_stages: int,
+                      norm_eval: bool, with_cp: bool) -> None:
+        """Validate and store the common arguments; ``channels`` / ``strides`` list every
+        selectable level (stage or block)."""
         name = type(self).__name__
+        num_outputs = len(channels)
         if isinstance(out_indices, int):
             out_indices = (out_indices,)
         if not isinstance(out_indices, Sequence) or not out_indices:
@@ -87,14 +92,29 @@ class BaseBackbone(BaseModule):
         if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'{name}: frozen_stages={frozen_stages!r} is out of range; use -1 '
                              f'(nothing frozen) up to {num_stages} (all stages)')
-        self.num_outputs = num_outputs            # selectable levels / blocks
-        self.level_channels = tuple(channels)     # channels of every selectable output
+        self.level_channels = tuple(channels)
+        self.level_strides = tuple(strides)
         self.out_indices = tuple(sorted(resolved))  # outputs always come shallow to deep
-        self.out_channels = tuple(channels[i] for i in self.out_indices)
-        self.strides = tuple(strides[i] for i in self.out_indices)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         self.with_cp = with_cp
+
+    @property
+    def num_outputs(self) -> int:
+        """Selectable levels (stages or blocks) of the full architecture."""
+        return len(self.level_channels)
+
+    def output_spec(self) -> List[Tuple[int, int]]:
+        """(channels, stride) of every output; families with resampled outputs override."""
+        return [(self.level_channels[i], self.level_strides[i]) for i in self.out_indices]
+
+    @property
+    def out_channels(self) -> Tuple[int, ...]:
+        return tuple(c for c, _ in self.output_spec())
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        return tuple(s for _, s in self.output_spec())
 
     def output_shapes(self, height: int, width: int) -> List[Tuple[int, int, int]]:
         """(C, H', W') of every output for an input of ``height`` x ``width``."""
@@ -113,6 +133,24 @@ class BaseBackbone(BaseModule):
         if min(x.shape[2:]) < self.min_input_size:
             raise ValueError(f'{name} needs inputs of at least {self.min_input_size}x'
                              f'{self.min_input_size} pixels (one patch), got {tuple(x.shape[2:])}')
+
+    # ---- forward -----------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """(B, C_in, H, W) -> the maps of ``out_indices`` (CPU kernels where they apply,
+        :mod:`mmvit_ext.ops`)."""
+        self.check_input(x)
+        return ops.call(self.forward_features, x)
+
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """The family's forward, plain PyTorch."""
+        raise NotImplementedError
+
+    def run_block(self, block: nn.Module, *args: Any) -> Any:
+        """Run a block, through activation checkpointing when ``with_cp`` applies (the
+        recomputation runs with the same kernels as the forward)."""
+        if self.with_cp and self.training and torch.is_grad_enabled():
+            return cp.checkpoint(ops.with_kernels(block), *args, use_reentrant=False)
+        return block(*args)
 
     # ---- training behaviour ------------------------------------------------------------------
     def frozen_modules(self) -> List[nn.Module]:
@@ -141,12 +179,6 @@ class BaseBackbone(BaseModule):
                     module.eval()
         return self
 
-    def run_block(self, block: nn.Module, *args: Any) -> Any:
-        """Run a block, through activation checkpointing when ``with_cp`` applies."""
-        if self.with_cp and self.training and torch.is_grad_enabled():
-            return cp.checkpoint(block, *args, use_reentrant=False)
-        return block(*args)
-
     # ---- weights -----------------------------------------------------------------------------
     def init_weights(self) -> None:
         """``init_cfg=dict(type='Pretrained', checkpoint=PATH[, prefix=...])`` loads an official
@@ -165,6 +197,17 @@ class BaseBackbone(BaseModule):
             load_pretrained(self, cfg['checkpoint'], prefix=cfg.get('prefix'),
                             map_location=cfg.get('map_location', 'cpu'))
         self._is_init = True
+
+    def unbuilt_prefixes(self) -> Tuple[str, ...]:
+        """Key prefixes of the full architecture's parts that this instance does not build
+        (levels after the last of ``out_indices``, output norms it does not use...)."""
+        return ()
+
+    def unused_checkpoint_keys(self, keys: Sequence[str]) -> List[str]:
+        """Checkpoint keys this instance drops by design (see :meth:`unbuilt_prefixes`):
+        reported as expected, never as an error."""
+        prefixes = self.unbuilt_prefixes()
+        return [k for k in keys if prefixes and k.startswith(prefixes)]
 
     def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
         """Resize relative-position tables whose window differs from ours (square windows).

@@ -3,11 +3,53 @@ the trunk, and class-attention blocks that read the class token out of the froze
 from functools import partial
 from typing import List, Optional, Union
 
+import torch
 from torch import nn
 
-from ..layers import PRE_SOFTMAX, POST_SOFTMAX, PatchEmbed, TalkingHeads
+from ..layers import (POST_SOFTMAX, PRE_SOFTMAX, AttentionBase, DropPath, LayerScale, Mlp,
+                      PatchEmbed, TalkingHeads)
 from ..registry import MODELS
-from .plain_vit import ClassAttentionBlock, PlainViTBase, ViTBlock, plain_attention
+from .plain_vit import PlainViTBase, ViTBlock, plain_attention
+
+
+class ClassAttention(AttentionBase):
+    """CaiT class attention: the class token (B, 1, C) attends to [class token, patch tokens]."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, fused: bool = True) -> None:
+        super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused)
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k = nn.Linear(dim, dim, bias=qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q(x[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        return self.attend(q, k, v)
+
+
+class ClassAttentionBlock(nn.Module):
+    """``cls += ls1(class_attn(norm1([cls, x])))``; ``cls += ls2(mlp(norm2(cls)))``."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, layer_scale: float,
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
+                 fused_attn: bool = True) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ClassAttention(dim, num_heads, attn_drop=attn_drop, proj_drop=drop,
+                                   fused=fused_attn)
+        self.ls1 = LayerScale(dim, layer_scale)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.ls2 = LayerScale(dim, layer_scale)
+
+    def forward(self, cls: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        joint = torch.cat([cls, tokens], dim=1)
+        cls = cls + self.drop_path(self.ls1(self.attn(self.norm1(joint))))
+        return cls + self.drop_path(self.ls2(self.mlp(self.norm2(cls))))
 
 
 def _cait(dim: int, depth: int, heads: int, layer_scale: float) -> dict:
@@ -60,8 +102,8 @@ class CaiT(PlainViTBase):
         talking_heads = [TalkingHeads(heads, PRE_SOFTMAX), TalkingHeads(heads, POST_SOFTMAX)]
         attn = plain_attention(dim, heads, common, self.fused_attn, talking_heads)
         layer_scale = settings.get('layer_scale', 1e-5)
-        return ViTBlock(dim, attn, settings.get('mlp_ratio', 4), common['window_size'],
-                        common['drop'], common['drop_path'], layer_scale=layer_scale,
+        return ViTBlock(dim, attn, settings.get('mlp_ratio', 4), common['drop'],
+                        common['drop_path'], layer_scale=layer_scale,
                         mlp_layer_scale=layer_scale, norm_layer=partial(nn.LayerNorm, eps=1e-6))
 
     def build_cls_head(self, settings: dict, drop: float, attn_drop: float,

@@ -63,7 +63,7 @@ class DeepViT(PlainViTBase):
             scale = (dim // heads) ** -0.5 if settings.get('transform_scale', False) else 1.0
             transforms.append(ReAttention(heads, scale))
         attn = plain_attention(dim, heads, common, self.fused_attn, transforms)
-        return ViTBlock(dim, attn, settings.get('mlp_ratio', 3), common['window_size'],
-                        common['drop'], common['drop_path'],
+        return ViTBlock(dim, attn, settings.get('mlp_ratio', 3), common['drop'],
+                        common['drop_path'],
                         scale_adjustment=settings.get('scale_adjustment', 1.0),
                         norm_layer=partial(nn.LayerNorm, eps=1e-6))

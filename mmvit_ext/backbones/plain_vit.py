@@ -2,22 +2,21 @@
 
 A family subclass only says how to build its patch embedding and its blocks (which attention,
 which map transforms, LayerScale, residual scaling). This base adds what detection and
-segmentation need: any input size (position embeddings resized and cached per size), window
+segmentation need: any input size (position embeddings resized to the token grid), window
 attention in most blocks with global attention in a few (ViTDet), and a simple feature pyramid
 that turns the stride-16 tokens into four maps at strides 4/8/16/32. With ``out_type='cls_token'``
 the model is the official classifier trunk (class token, global attention everywhere) and returns
 the normalised class token, for mmpretrain classifiers and parity checks.
 """
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (Attention, AttentionBase, DropPath, LayerScale, Linear, Mlp,
-                      init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
-                      resize_pos_embed, window_partition, window_reverse)
+from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention,
+                      init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
 from .base import BaseBackbone
 
@@ -26,29 +25,26 @@ OUT_TYPES = ('featmap', 'cls_token')
 
 
 class ViTBlock(nn.Module):
-    """Pre-norm transformer block, optionally inside non-overlapping windows.
+    """Pre-norm transformer block on (B, N, C) tokens of an H x W map.
 
-    ``x + drop_path(ls1(attn(norm1(x * a)))) / a`` then the same with the MLP; ``a`` is the
-    official DeepViT/Refiner ``scale_adjustment`` (1 elsewhere). The attention either returns a
-    tensor, or ``(tensor, map)`` when ``attn.returns_map`` (Refiner passes maps between blocks).
+    ``x + drop_path(ls1(attn(norm1(x * a), hw))) / a``, then the same with the MLP; ``a`` is the
+    official DeepViT / Refiner ``scale_adjustment`` (1 elsewhere). The attention takes the
+    tokens and their grid (a :class:`~mmvit_ext.layers.WindowAttention` windows them).
 
     Args:
         dim: token channels.
         attn: the attention module, built by the family.
         mlp_ratio: MLP hidden width over ``dim``.
-        window_size: square window side in tokens; ``None`` for global attention.
         layer_scale / mlp_layer_scale: LayerScale init on the two branches (``None``: none).
         scale_adjustment: ``a`` above.
     """
 
-    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0,
-                 window_size: Optional[int] = None, drop: float = 0.0, drop_path: float = 0.0,
-                 layer_scale: Optional[float] = None, mlp_layer_scale: Optional[float] = None,
-                 scale_adjustment: float = 1.0,
+    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float = 4.0, drop: float = 0.0,
+                 drop_path: float = 0.0, layer_scale: Optional[float] = None,
+                 mlp_layer_scale: Optional[float] = None, scale_adjustment: float = 1.0,
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
                  act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
         super().__init__()
-        self.window_size = window_size
         self.scale_adjustment = scale_adjustment
         self.norm1 = norm_layer(dim)
         self.attn = attn
@@ -58,32 +54,14 @@ class ViTBlock(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
         self.ls2 = LayerScale(dim, mlp_layer_scale) if mlp_layer_scale else nn.Identity()
 
-    def _attend(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor]):
-        if self.window_size is None:
-            return self._call_attn(x, prev_map)
-        b, n, c = x.shape
-        h, w = hw
-        window = (min(self.window_size, h), min(self.window_size, w))
-        grid = pad_to_windows(x.view(b, h, w, c), window)
-        hp, wp = grid.shape[1:3]
-        out, attn_map = self._call_attn(window_partition(grid, window), prev_map)
-        out = window_reverse(out, window, hp, wp)
-        if hp != h or wp != w:
-            out = out[:, :h, :w]
-        return out.reshape(b, n, c), attn_map
-
-    def _call_attn(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]):
-        if getattr(self.attn, 'returns_map', False):
-            return self.attn(x, prev_map)
-        return self.attn(x), None
-
-    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
-                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def scaled(self, x: torch.Tensor) -> torch.Tensor:
         a = self.scale_adjustment
-        out, attn_map = self._attend(self.norm1(x * a if a != 1 else x), hw, prev_map)
-        x = x + self.drop_path(self.ls1(out)) / a
-        x = x + self.drop_path(self.ls2(self.mlp(x * a if a != 1 else x, norm=self.norm2))) / a
-        return x, attn_map
+        return x * a if a != 1 else x
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        a = self.scale_adjustment
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(self.scaled(x)), hw))) / a
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a
 
 
 class PlainViTBase(BaseBackbone):
@@ -145,8 +123,8 @@ class PlainViTBase(BaseBackbone):
         self.window_size = self._check_window(window_size)
         self.global_blocks = self._resolve_global_blocks(global_blocks)
         self.simple_pyramid = simple_pyramid
-        self._set_contract(out_indices, depth, [dim] * depth, [patch] * depth, frozen_stages,
-                           depth, norm_eval, with_cp)
+        self._set_contract(out_indices, [dim] * depth, [patch] * depth, frozen_stages, depth,
+                           norm_eval, with_cp)
         if simple_pyramid:
             if len(self.out_indices) not in (1, len(PYRAMID_SCALES)):
                 raise ValueError(f'{name}: with simple_pyramid=True, out_indices must name 1 block '
@@ -154,10 +132,6 @@ class PlainViTBase(BaseBackbone):
                                  f'{tuple(out_indices)}; or set simple_pyramid=False')
             if patch != 16:
                 raise ValueError(f'{name}: the simple pyramid expects patch 16, got {patch}')
-            self.out_channels = tuple(pyramid_channels(dim))
-            self.strides = (4, 8, 16, 32)
-        elif classify:
-            self.out_channels, self.strides = (dim,), ()
 
         self.grid_size = (img_size // patch, img_size // patch)
         self.patch_embed = self.build_patch_embed(settings, in_channels)
@@ -166,16 +140,17 @@ class PlainViTBase(BaseBackbone):
         self.pos_drop = nn.Dropout(drop_rate) if drop_rate > 0 else nn.Identity()
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if classify else None
         rates = self.drop_path_rates(drop_path_rate, depth)
+        built = depth if classify else self.out_indices[-1] + 1  # later blocks: no gradient
         self.blocks = nn.ModuleList(
             self.build_block(i, settings, dict(
                 drop=drop_rate, attn_drop=attn_drop_rate, drop_path=rates[i],
                 window_size=None if i in self.global_blocks else self.window_size))
-            for i in range(depth))
+            for i in range(built))
         self.cls_blocks = self.build_cls_head(settings, drop_rate, attn_drop_rate,
                                               drop_path_rate) if classify else None
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        # the final norm acts on the last block's tokens only
+        self.norm = nn.LayerNorm(dim, eps=1e-6) if classify or built == depth else None
         self.pyramid = SimplePyramid(dim) if simple_pyramid else None
-        self._pos_cache: Dict[Any, torch.Tensor] = {}
         self.init_parameters()
         self._freeze_stages()
 
@@ -184,7 +159,8 @@ class PlainViTBase(BaseBackbone):
         raise NotImplementedError
 
     def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
-        """Block ``index``; ``common`` holds drop, attn_drop, drop_path and window_size."""
+        """Block ``index``, called as ``block(tokens, hw)``; ``common`` holds drop, attn_drop,
+        drop_path and window_size (``None`` for a global block)."""
         raise NotImplementedError
 
     def build_cls_head(self, settings: dict, drop: float, attn_drop: float,
@@ -243,12 +219,22 @@ class PlainViTBase(BaseBackbone):
                 resized.append('pos_embed')
         return state_dict, resized
 
-    def unused_checkpoint_keys(self, keys: Sequence[str]) -> List[str]:
-        """Classifier-only keys a dense model does not have (class token, class-attention
-        blocks): dropped on load and reported as such."""
+    def unbuilt_prefixes(self) -> Tuple[str, ...]:
+        """Blocks after the last output and the norm they would feed; classifier-only keys
+        (class token, class-attention blocks) when dense."""
+        prefixes = tuple(f'blocks.{i}.' for i in range(len(self.blocks), self.depth))
+        if self.norm is None:
+            prefixes += ('norm.',)
+        if self.out_type != 'cls_token':
+            prefixes += ('cls_token', 'cls_blocks.')
+        return prefixes
+
+    def output_spec(self) -> List[Tuple[int, Optional[int]]]:
         if self.out_type == 'cls_token':
-            return []
-        return [k for k in keys if k == 'cls_token' or k.startswith('cls_blocks.')]
+            return [(self.embed_dims, None)]  # one (B, C) vector
+        if self.pyramid is not None:
+            return list(zip(pyramid_channels(self.embed_dims), (4, 8, 16, 32)))
+        return super().output_spec()
 
     # ---- training behaviour ------------------------------------------------------------------
     def frozen_modules(self) -> List[nn.Module]:
@@ -260,20 +246,19 @@ class PlainViTBase(BaseBackbone):
         return [p for p in (self.pos_embed, self.cls_token) if p is not None]
 
     # ---- forward -----------------------------------------------------------------------------
-    def pos_embed_for(self, hw: Size2) -> torch.Tensor:
-        """The position embedding resized to the ``hw`` grid (cached per size outside training)."""
-        if tuple(hw) == self.grid_size:
-            return self.pos_embed
-        if torch.is_grad_enabled() and self.pos_embed.requires_grad:
-            return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
-        key = (tuple(hw), self.pos_embed._version, self.pos_embed.data_ptr(),
-               self.pos_embed.dtype, self.pos_embed.device)
-        if key not in self._pos_cache:
-            if len(self._pos_cache) > 32:
-                self._pos_cache.clear()
-            self._pos_cache[key] = resize_pos_embed(self.pos_embed.detach(), self.grid_size, hw,
-                                                    self.num_prefix_tokens)
-        return self._pos_cache[key]
+    def output_tokens(self, index: int, tokens: torch.Tensor) -> torch.Tensor:
+        """Tokens of block ``index`` as output: the last block's through the final norm."""
+        return self.norm(tokens) if index == self.depth - 1 else tokens
+
+    def forward_blocks(self, tokens: torch.Tensor, hw: Size2
+                       ) -> Tuple[List[torch.Tensor], torch.Tensor]:
+        """Run the blocks; returns the output tokens of ``out_indices`` and the last tokens."""
+        feats = []
+        for i, block in enumerate(self.blocks):
+            tokens = self.run_block(block, tokens, hw)
+            if i in self.out_indices:
+                feats.append(self.output_tokens(i, tokens))
+        return feats, tokens
 
     def forward_cls_token(self, tokens: torch.Tensor) -> torch.Tensor:
         """Trunk output -> normalised class token (B, C)."""
@@ -284,24 +269,16 @@ class PlainViTBase(BaseBackbone):
             cls = self.run_block(block, cls, tokens)
         return self.norm(cls)[:, 0]
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]
         tokens, hw = self.patch_embed(x)
-        pos = self.pos_embed_for(hw)
         prefix = self.num_prefix_tokens
+        pos = resize_pos_embed(self.pos_embed, self.grid_size, hw, prefix)
         tokens = tokens + pos[:, prefix:]
-        cls_in_trunk = self.cls_token is not None and self.cls_blocks is None
-        if cls_in_trunk:
+        if self.cls_token is not None and self.cls_blocks is None:  # class token in the trunk
             cls = self.cls_token.expand(tokens.shape[0], -1, -1) + pos[:, :prefix]
             tokens = torch.cat([cls, tokens], dim=1)
-        tokens = self.pos_drop(tokens)
-        attn_map, feats = None, []
-        last = self.depth - 1 if self.out_type == 'cls_token' else self.out_indices[-1]
-        for i, block in enumerate(self.blocks[:last + 1]):
-            tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
-            if i in self.out_indices:
-                feats.append(self.norm(tokens) if i == self.depth - 1 else tokens)
+        feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
         if self.out_type == 'cls_token':
             return (self.forward_cls_token(tokens),)
         b = tokens.shape[0]
@@ -314,48 +291,10 @@ class PlainViTBase(BaseBackbone):
         return tuple(self.pyramid(maps, sizes))
 
 
-class ClassAttention(AttentionBase):
-    """CaiT class attention: the class token (B, 1, C) attends to [class token, patch tokens]."""
-
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, fused: bool = True) -> None:
-        super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused)
-        self.q = Linear(dim, dim, bias=qkv_bias)
-        self.k = Linear(dim, dim, bias=qkv_bias)
-        self.v = Linear(dim, dim, bias=qkv_bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        q = self.q(x[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        return self.attend(q, k, v)
-
-
-class ClassAttentionBlock(nn.Module):
-    """``cls += ls1(class_attn(norm1([cls, x])))``; ``cls += ls2(mlp(norm2(cls)))``."""
-
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, layer_scale: float,
-                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
-                 fused_attn: bool = True) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = ClassAttention(dim, num_heads, attn_drop=attn_drop, proj_drop=drop,
-                                   fused=fused_attn)
-        self.ls1 = LayerScale(dim, layer_scale)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
-        self.ls2 = LayerScale(dim, layer_scale)
-
-    def forward(self, cls: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        joint = torch.cat([cls, tokens], dim=1)
-        cls = cls + self.drop_path(self.ls1(self.attn(self.norm1(joint))))
-        return cls + self.drop_path(self.ls2(self.mlp(self.norm2(cls))))
-
-
 def plain_attention(dim: int, num_heads: int, common: dict, fused: bool,
-                    map_transforms: Sequence[nn.Module] = ()) -> Attention:
-    """The trunk's qkv attention with optional map transforms."""
-    return Attention(dim, num_heads, qkv_bias=True, attn_drop=common['attn_drop'],
-                     proj_drop=common['drop'], map_transforms=map_transforms, fused=fused)
+                    map_transforms: Sequence[MapTransform] = ()) -> WindowAttention:
+    """The trunk's qkv attention, windowed unless ``common['window_size']`` is ``None``, with
+    optional map transforms."""
+    return WindowAttention(dim, num_heads, common['window_size'], qkv_bias=True,
+                           attn_drop=common['attn_drop'], proj_drop=common['drop'],
+                           map_transforms=map_transforms, fused=fused)

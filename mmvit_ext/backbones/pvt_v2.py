@@ -33,7 +33,7 @@ class PVTv2Block(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(self.mlp(x, hw, norm=self.norm2))
+        return x + self.drop_path(self.mlp(self.norm2(x), hw))
 
 
 class PVTv2Stage(nn.Module):
@@ -57,8 +57,9 @@ class PyramidVisionTransformerV2(BaseBackbone):
         arch: ``b0 b1 b2 b2_li b3 b4 b5`` (aliases ``pvt_v2_b2`` ...) or a dict with
             ``embed_dims``, ``depths``, ``num_heads`` (optional ``mlp_ratios``, ``sr_ratios``,
             ``linear``).
-        fused_attn: fused attention (``F.scaled_dot_product_attention``; on CPU the small-map
-            kernel of ``layers.attention`` where it is faster).
+        fused_attn: fused attention (``F.scaled_dot_product_attention``); ``False``
+            materialises maps for analysis hooks.
+        out_indices: stages whose maps are returned; stages after the last one are not built.
     """
 
     family = 'pvtv2'
@@ -100,7 +101,7 @@ class PyramidVisionTransformerV2(BaseBackbone):
         if not isinstance(in_channels, int) or in_channels <= 0:
             raise ValueError(f'PyramidVisionTransformerV2: in_channels must be a positive int, '
                              f'got {in_channels!r}')
-        self._set_contract(out_indices, num_stages, dims, [4 * 2 ** i for i in range(num_stages)],
+        self._set_contract(out_indices, dims, [4 * 2 ** i for i in range(num_stages)],
                            frozen_stages, num_stages, norm_eval, with_cp)
         self.in_channels = in_channels
         self.min_input_size = 4
@@ -108,7 +109,7 @@ class PyramidVisionTransformerV2(BaseBackbone):
         norm_layer = partial(nn.LayerNorm, eps=1e-6)
         rates = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
-        for i in range(num_stages):
+        for i in range(self.out_indices[-1] + 1):  # later stages would get no gradient
             start = sum(depths[:i])
             block_cfg = dict(num_heads=heads[i], mlp_ratio=mlp_ratios[i], sr_ratio=sr_ratios[i],
                              linear=linear, qkv_bias=qkv_bias, drop=drop_rate,
@@ -128,13 +129,15 @@ class PyramidVisionTransformerV2(BaseBackbone):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
+    def unbuilt_prefixes(self) -> Tuple[str, ...]:
+        return tuple(f'layers.{i}.' for i in range(len(self.layers), self.num_outputs))
+
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
             return []
         return [self.layers[0].patch_embed, *self.layers[:self.frozen_stages]]
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         outs = []
         for i, stage in enumerate(self.layers):
             tokens, hw = stage.patch_embed(x)

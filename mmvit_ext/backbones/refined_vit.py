@@ -8,35 +8,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import AttentionBase, ConvStemEmbed, Linear, RefinerMap
+from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, fit_window, merge_windows,
+                      partition_windows, to_2tuple)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
+Size2 = Tuple[int, int]
+
 
 class RefinerAttention(AttentionBase):
-    """Refined-ViT attention over (*batch, N, C) tokens; returns ``(out, map for the next block)``.
+    """Refined-ViT attention over (B, H*W, C) tokens, inside windows or global; returns
+    ``(out, map for the next block)``.
 
     A computing block (``shared=False``) forms ``softmax(q k^T * scale)`` plus ``scale`` times the
     map handed over by the previous pair (the official residual map connection) and hands it on.
     A shared block refines the received map with :class:`RefinerMap`, applies it to its values and
-    hands the received map on unchanged.
+    hands the received map on unchanged (so both blocks of a pair must use the same windows).
     """
 
-    returns_map = True
-
-    def __init__(self, dim: int, num_heads: int, shared: bool, expand_ratio: float = 3,
-                 kernel_size: int = 3, qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0) -> None:
+    def __init__(self, dim: int, num_heads: int, shared: bool, window_size: Optional[int] = None,
+                 expand_ratio: float = 3, kernel_size: int = 3, qkv_bias: bool = True,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
         super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused=False)
         self.shared = shared
+        self.window_size = to_2tuple(window_size) if window_size is not None else None
         if shared:
-            self.v = Linear(dim, dim, bias=qkv_bias)
+            self.v = nn.Linear(dim, dim, bias=qkv_bias)
             self.refine = RefinerMap(num_heads, expand_ratio, kernel_size, scale=self.scale)
         else:
-            self.qkv = Linear(dim, dim * 3, bias=qkv_bias)
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
 
-    def forward(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def attend_map(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (*batch, N, C) -> (output tokens, map handed on)."""
         *batch, n, _ = x.shape
         if self.shared:
             if prev_map is None or prev_map.shape[-1] != n or prev_map.shape[:-3] != tuple(batch):
@@ -58,6 +62,27 @@ class RefinerAttention(AttentionBase):
             attn = F.dropout(attn, p=self.attn_drop)
         out = (attn @ v).transpose(-3, -2).flatten(-2)
         return self.proj_drop(self.proj(out)), handed_on
+
+    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.window_size is None:
+            return self.attend_map(x, prev_map)
+        b, n, c = x.shape
+        window, shift = fit_window(hw, self.window_size, (0, 0))
+        windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        out, handed_on = self.attend_map(windows, prev_map)
+        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
+
+
+class RefinerBlock(ViTBlock):
+    """A :class:`ViTBlock` whose attention also receives and hands on an attention map."""
+
+    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        a = self.scale_adjustment
+        out, attn_map = self.attn(self.norm1(self.scaled(x)), hw, prev_map)
+        x = x + self.drop_path(self.ls1(out)) / a
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a, attn_map
 
 
 @MODELS.register_module()
@@ -109,11 +134,22 @@ class RefinedViT(PlainViTBase):
     def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
         dim, heads = self.embed_dims, settings['num_heads']
         attn = RefinerAttention(dim, heads, shared=index % 2 == 1,
+                                window_size=common['window_size'],
                                 expand_ratio=settings.get('expand_ratio', 3),
                                 kernel_size=settings.get('kernel_size', 3),
                                 attn_drop=common['attn_drop'], proj_drop=common['drop'])
-        return ViTBlock(dim, attn, settings.get('mlp_ratio', 3), common['window_size'],
-                        common['drop'], common['drop_path'],
+        return RefinerBlock(dim, attn, settings.get('mlp_ratio', 3), common['drop'],
+                            common['drop_path'],
                         mlp_layer_scale=settings.get('mlp_layer_scale', 1e-5),
                         scale_adjustment=settings.get('scale_adjustment', 0.5),
                         norm_layer=partial(nn.LayerNorm, eps=1e-6))
+
+    def forward_blocks(self, tokens: torch.Tensor, hw: Size2
+                       ) -> Tuple[List[torch.Tensor], torch.Tensor]:
+        """As the trunk's, with each block's attention map handed to the next block."""
+        feats, attn_map = [], None
+        for i, block in enumerate(self.blocks):
+            tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
+            if i in self.out_indices:
+                feats.append(self.output_tokens(i, tokens))
+        return feats, tokens

@@ -4,32 +4,18 @@ Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsam
 of stage i), so the converter only renames the bias table and the final norm.
 """
 import math
-from functools import lru_cache
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (Attention, DropPath, Linear, Mlp, PatchEmbed, RelativePositionBias,
-                      WindowLayout, init_linear_and_norm, linear_drop_path_rates, pad_to_windows,
-                      resize_pos_embed, shifted_window_mask, to_2tuple, window_partition,
-                      window_reverse)
+from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm,
+                      linear_drop_path_rates, resize_pos_embed, to_2tuple)
 from ..registry import MODELS
 from .base import BaseBackbone
 
 Size2 = Tuple[int, int]
-_shift_mask = lru_cache(maxsize=128)(shifted_window_mask)
-_window_layout = lru_cache(maxsize=128)(WindowLayout)
-
-
-def window_and_shift(height: int, width: int, window_size: Size2, shift_size: Size2
-                     ) -> Tuple[Size2, Size2]:
-    """A dimension that fits in one window uses a window of its own size and no shift
-    (as the official model does at the last stage); others keep the window and pad."""
-    wh, sh = (height, 0) if height <= window_size[0] else (window_size[0], shift_size[0])
-    ww, sw = (width, 0) if width <= window_size[1] else (window_size[1], shift_size[1])
-    return (wh, ww), (sh, sw)
 
 
 class SwinBlock(nn.Module):
@@ -41,51 +27,17 @@ class SwinBlock(nn.Module):
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
                  act_layer: Callable[[], nn.Module] = nn.GELU, fused_attn: bool = True) -> None:
         super().__init__()
-        self.window_size = to_2tuple(window_size)
-        self.shift_size = (self.window_size[0] // 2, self.window_size[1] // 2) if shift else (0, 0)
         self.norm1 = norm_layer(dim)
-        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
-                              attn_drop=attn_drop, proj_drop=drop, fused=fused_attn)
-        self.rel_pos = RelativePositionBias(self.window_size, num_heads)
+        self.attn = WindowAttention(dim, num_heads, window_size, shift=shift, rel_pos=True,
+                                    qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop,
+                                    proj_drop=drop, fused=fused_attn)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
 
-    def window_attention(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
-        b, _, c = x.shape
-        h, w = hw
-        window, shift = window_and_shift(h, w, self.window_size, self.shift_size)
-        bias = self.rel_pos(window)  # (heads, N, N)
-        if torch.compiler.is_compiling():  # the index cache below is not traceable
-            return self._window_attention_unfused(x, hw, window, shift, bias)
-        if torch.is_autocast_enabled(x.device.type):  # move half the bytes; qkv casts anyway
-            x = x.to(torch.get_autocast_dtype(x.device.type))
-        layout = _window_layout(b, h, w, window, shift, x.device)
-        if any(shift):
-            mask = _shift_mask(*layout.padded, window, shift, x.device)  # (windows, N, N)
-            bias = bias.unsqueeze(0) + mask.unsqueeze(1)
-        return layout.from_windows(self.attn(layout.to_windows(x), attn_bias=bias))
-
-    def _window_attention_unfused(self, x: torch.Tensor, hw: Size2, window: Size2, shift: Size2,
-                                  bias: torch.Tensor) -> torch.Tensor:
-        """pad -> roll -> partition -> attention -> reverse (what :class:`WindowLayout` does
-        with one gather each way)."""
-        b, _, c = x.shape
-        h, w = hw
-        x = pad_to_windows(x.view(b, h, w, c), window)
-        hp, wp = x.shape[1:3]
-        if any(shift):
-            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-            mask = _shift_mask(hp, wp, window, shift, x.device)  # (windows, N, N)
-            bias = bias.unsqueeze(0) + mask.unsqueeze(1)
-        x = window_reverse(self.attn(window_partition(x, window), attn_bias=bias), window, hp, wp)
-        if any(shift):
-            x = torch.roll(x, shifts=shift, dims=(1, 2))
-        return x[:, :h, :w].reshape(b, h * w, c)
-
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
-        x = x + self.drop_path(self.window_attention(self.norm1(x), hw))
-        return x + self.drop_path(self.mlp(x, norm=self.norm2))
+        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class PatchMerging(nn.Module):
@@ -95,7 +47,7 @@ class PatchMerging(nn.Module):
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
         self.norm = norm_layer(4 * dim)
-        self.reduction = Linear(4 * dim, out_dim, bias=False)
+        self.reduction = nn.Linear(4 * dim, out_dim, bias=False)
 
     def forward(self, x: torch.Tensor, hw: Size2) -> Tuple[torch.Tensor, Size2]:
         b, _, c = x.shape
@@ -133,8 +85,9 @@ class SwinTransformer(BaseBackbone):
         window_size: 7 (224 pretraining) or 12 (384); tables of other sizes are resized on load.
         use_abs_pos_embed: add an absolute position embedding (resized to every input).
         fused_attn: fused attention with bias and masks as an additive mask
-            (``F.scaled_dot_product_attention``; on CPU the small-map kernel of
-            ``layers.attention``); ``False`` materialises maps for analysis hooks.
+            (``F.scaled_dot_product_attention``); ``False`` materialises maps for analysis
+            hooks.
+        out_indices: stages whose maps are returned; stages after the last one are not built.
     """
 
     family = 'swin'
@@ -171,7 +124,7 @@ class SwinTransformer(BaseBackbone):
             raise ValueError(f'SwinTransformer: in_channels must be a positive int, got {in_channels!r}')
         num_stages = len(depths)
         dims = [embed_dims * 2 ** i for i in range(num_stages)]
-        self._set_contract(out_indices, num_stages, dims, [patch_size * 2 ** i for i in range(num_stages)],
+        self._set_contract(out_indices, dims, [patch_size * 2 ** i for i in range(num_stages)],
                            frozen_stages, num_stages, norm_eval, with_cp)
         self.in_channels = in_channels
         self.min_input_size = patch_size
@@ -190,11 +143,13 @@ class SwinTransformer(BaseBackbone):
         block_cfg = dict(window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                          qk_scale=qk_scale, drop=drop_rate, attn_drop=attn_drop_rate,
                          norm_layer=norm_layer, fused_attn=fused_attn)
+        last = self.out_indices[-1]  # later stages would get no gradient: not built
         self.layers = nn.ModuleList()
-        for i, depth in enumerate(depths):
+        for i in range(last + 1):
             start = sum(depths[:i])
-            self.layers.append(SwinStage(dims[i], depth, num_heads[i], rates[start:start + depth],
-                                         downsample=i < num_stages - 1, block_cfg=block_cfg))
+            self.layers.append(SwinStage(dims[i], depths[i], num_heads[i],
+                                         rates[start:start + depths[i]], downsample=i < last,
+                                         block_cfg=block_cfg))
         for i in self.out_indices:
             self.add_module(f'norm{i}', norm_layer(dims[i]))
         self.apply(init_linear_and_norm)
@@ -202,11 +157,17 @@ class SwinTransformer(BaseBackbone):
             nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
         self._freeze_stages()
 
+    def unbuilt_prefixes(self) -> Tuple[str, ...]:
+        last = self.out_indices[-1]
+        return (*(f'layers.{i}.' for i in range(last + 1, self.num_outputs)),
+                f'layers.{last}.downsample.',
+                *(f'norm{i}.' for i in range(self.num_outputs) if i not in self.out_indices))
+
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
             return []
         modules: List[nn.Module] = [self.patch_embed, self.drop_after_pos]
-        for i in range(self.frozen_stages):
+        for i in range(min(self.frozen_stages, len(self.layers))):
             modules.append(self.layers[i])
             if i in self.out_indices:
                 modules.append(getattr(self, f'norm{i}'))
@@ -215,8 +176,7 @@ class SwinTransformer(BaseBackbone):
     def frozen_parameters(self) -> List[nn.Parameter]:
         return [self.absolute_pos_embed] if self.absolute_pos_embed is not None else []
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         x, hw = self.patch_embed(x)
         if self.absolute_pos_embed is not None:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.abs_pos_grid, hw)

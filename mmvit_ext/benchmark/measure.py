@@ -10,8 +10,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from ..layers import linear
-from ..layers.workspace import release_workspace
+from ..ops import cpu_gemm
 from ..utils.heap import trim_freed_memory
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -32,7 +31,6 @@ def _release_free_heap() -> None:
     """Give freed heap pages back to the OS (glibc ``malloc_trim``), so the next block's RSS
     growth is its own peak rather than hidden by memory an earlier run freed but kept."""
     import gc
-    release_workspace()  # our scratch buffers are counted in the run that allocates them
     gc.collect()
     trim_freed_memory()  # not glibc: RSS growth is then a lower bound
 
@@ -155,12 +153,15 @@ def count_flops(model: nn.Module, x: torch.Tensor, mode: str) -> int:
 def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repeat: int = 10
                 ) -> float:
     """Measured FLOP/s of a large square matmul: the machine's practical peak for ``dtype``,
-    the best of ``torch.matmul`` and :func:`mmvit_ext.layers.linear` (oneDNN on CPU float32,
-    where MKL may run a narrower ISA than the CPU has)."""
+    the best of ``torch.matmul`` and the oneDNN route of :mod:`mmvit_ext.ops.cpu_gemm` (CPU
+    float32, where MKL may run a narrower ISA than the CPU has)."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     best = float('inf')
-    for gemm in (torch.matmul, linear):
+    gemms = [torch.matmul]
+    if cpu_gemm.applies(a, b):
+        gemms.append(cpu_gemm.linear)
+    for gemm in gemms:
         for _ in range(2):
             gemm(a, b)
         _sync(device)

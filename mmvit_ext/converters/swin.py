@@ -9,7 +9,7 @@ _OFFICIAL_TABLE = re.compile(r'^layers\.\d+\.blocks\.\d+\.attn\.relative_positio
 def convert_official_swin(state_dict: StateDict) -> StateDict:
     """Rename official keys; drop the classifier and the saved index / mask buffers.
 
-    ``attn.relative_position_bias_table`` -> ``rel_pos.relative_position_bias_table``; the final
+    ``attn.relative_position_bias_table`` -> ``attn.rel_pos.relative_position_bias_table``; the final
     ``norm`` (on the last stage) -> ``norm{last}``. ``layers.{i}.downsample`` already sits at the
     end of stage i in both layouts. Already-converted dicts come back unchanged.
     """
@@ -22,7 +22,7 @@ def convert_official_swin(state_dict: StateDict) -> StateDict:
             continue
         if key.endswith('attn.relative_position_bias_table'):
             key = key.replace('attn.relative_position_bias_table',
-                              'rel_pos.relative_position_bias_table')
+                              'attn.rel_pos.relative_position_bias_table')
         elif key.startswith('norm.'):
             key = f'norm{last}.' + key[len('norm.'):]
         out[key] = value
@@ -31,6 +31,18 @@ def convert_official_swin(state_dict: StateDict) -> StateDict:
 
 register_layout('official Swin (microsoft/Swin-Transformer)', 'swin',
                 _OFFICIAL_TABLE.pattern, convert_official_swin)
+
+_V1_TABLE = re.compile(r'^(layers\.\d+\.blocks\.\d+)\.rel_pos\.relative_position_bias_table$')
+
+
+def convert_mmvit_ext_v1_swin(state_dict: StateDict) -> StateDict:
+    """mmvit_ext <= 0.1 Swin kept the bias table beside the attention
+    (``blocks.{j}.rel_pos.``); it now lives inside it (``blocks.{j}.attn.rel_pos.``)."""
+    return {_V1_TABLE.sub(r'\1.attn.rel_pos.relative_position_bias_table', k): v
+            for k, v in state_dict.items()}
+
+
+register_layout('mmvit_ext 0.1 Swin', 'swin', _V1_TABLE.pattern, convert_mmvit_ext_v1_swin)
 
 
 def export_official_swin(state_dict: StateDict, num_stages: int = 4) -> StateDict:
@@ -44,6 +56,6 @@ def export_official_swin(state_dict: StateDict, num_stages: int = 4) -> StateDic
             if key.startswith(f'norm{num_stages - 1}.'):
                 out['norm.' + key.split('.', 1)[1]] = value
             continue
-        out[key.replace('rel_pos.relative_position_bias_table',
+        out[key.replace('attn.rel_pos.relative_position_bias_table',
                         'attn.relative_position_bias_table')] = value
     return out

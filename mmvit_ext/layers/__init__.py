@@ -1,27 +1,31 @@
-"""Shared layers: plain nn.Modules used by every backbone family."""
+"""Shared layers: plain nn.Modules used by every backbone family (no device-specific code;
+CPU kernels live in :mod:`mmvit_ext.ops`)."""
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, MapTransform,
-                        multihead_attention)
-from .init import init_linear_and_norm
+                        explicit_attention, scaled_dot_product_attention)
 from .drop import DropPath, linear_drop_path_rates
+from .init import init_linear_and_norm
 from .layer_scale import LayerScale
-from .linear import Linear, get_cpu_gemm, linear, set_cpu_gemm
 from .map_transforms import ReAttention, RefinerMap, TalkingHeads
 from .mlp import ConvMlp, Mlp
 from .patch_embed import ConvStemEmbed, PatchEmbed
-from .pyramid import LayerNorm2d, SimplePyramid, pyramid_channels
 from .pos_embed import resize_pos_embed
-from .sra import SpatialReductionAttention
+from .pyramid import LayerNorm2d, SimplePyramid, pyramid_channels
 from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_pos_table
+from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_matrix,
+                       resize_grid)
+from .sra import SpatialReductionAttention
 from .utils import to_2tuple
-from .window import (WindowLayout, pad_to_windows, shifted_window_mask, window_partition,
-                     window_reverse)
+from .window import (WindowAttention, fit_window, merge_windows, pad_to_windows,
+                     partition_windows, shifted_window_mask, window_partition, window_reverse)
 
 __all__ = [
-    'ConvStemEmbed', 'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'ReAttention',
-    'RefinerMap', 'TalkingHeads',
-    'Attention', 'AttentionBase', 'init_linear_and_norm', 'MapTransform', 'multihead_attention', 'PRE_SOFTMAX', 'POST_SOFTMAX',
-    'DropPath', 'linear_drop_path_rates', 'LayerScale', 'Linear', 'linear', 'get_cpu_gemm',
-    'set_cpu_gemm', 'Mlp', 'ConvMlp', 'SpatialReductionAttention', 'PatchEmbed', 'resize_pos_embed',
-    'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table', 'to_2tuple',
-    'WindowLayout', 'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
+    'Attention', 'AttentionBase', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'scaled_dot_product_attention', 'explicit_attention', 'ReAttention', 'RefinerMap',
+    'TalkingHeads', 'WindowAttention', 'fit_window', 'partition_windows', 'merge_windows',
+    'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
+    'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table',
+    'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'PatchEmbed', 'ConvStemEmbed',
+    'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
+    'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
+    'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'to_2tuple',
 ]

@@ -2,13 +2,14 @@
 from typing import Tuple
 
 import torch
-import torch.nn.functional as F
+
+from .resample import resize_grid
 
 
 def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int], dst_hw: Tuple[int, int],
                      num_prefix_tokens: int = 0, mode: str = 'bicubic') -> torch.Tensor:
     """Resize (1, P + h*w, C) grid embeddings from ``src_hw`` to ``dst_hw``; the P prefix
-    (class / distillation) tokens are kept as they are."""
+    (class / distillation) tokens are kept as they are. Deterministic (matrix products)."""
     if tuple(src_hw) == tuple(dst_hw):
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
@@ -17,6 +18,6 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int], dst_hw: T
                          f'{src_hw[0]}x{src_hw[1]}')
     c = grid.shape[-1]
     grid = grid.reshape(1, src_hw[0], src_hw[1], c).permute(0, 3, 1, 2).float()
-    grid = F.interpolate(grid, size=tuple(dst_hw), mode=mode, align_corners=False)
+    grid = resize_grid(grid, tuple(dst_hw), mode)
     grid = grid.permute(0, 2, 3, 1).reshape(1, -1, c).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)

@@ -1,5 +1,5 @@
 """Relative position bias for window attention, and its table resizing."""
-from typing import Dict, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +8,8 @@ from torch import nn
 Size2 = Tuple[int, int]
 
 
-def relative_position_index(window_size: Size2, table_window: Size2 = None) -> torch.Tensor:
+def relative_position_index(window_size: Size2, table_window: Optional[Size2] = None,
+                            device: Optional[torch.device] = None) -> torch.Tensor:
     """(N, N) indices into a ((2*Th-1)*(2*Tw-1)) table for every pair of tokens of a window.
 
     ``table_window`` (default: the window itself) lets a smaller window read the exact entries
@@ -17,14 +18,19 @@ def relative_position_index(window_size: Size2, table_window: Size2 = None) -> t
     table_window = table_window or window_size
     if window_size[0] > table_window[0] or window_size[1] > table_window[1]:
         raise ValueError(f'window {window_size} is larger than the bias table window {table_window}')
-    coords = torch.stack(torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]),
+    coords = torch.stack(torch.meshgrid(torch.arange(window_size[0], device=device),
+                                        torch.arange(window_size[1], device=device),
                                         indexing='ij')).flatten(1)  # (2, N)
     rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)  # (N, N, 2)
     return (rel[..., 0] + table_window[0] - 1) * (2 * table_window[1] - 1) + rel[..., 1] + table_window[1] - 1
 
 
 class RelativePositionBias(nn.Module):
-    """Learned bias per head and relative offset inside a window: returns (H, N, N)."""
+    """Learned bias per head and relative offset inside a window: returns (H, N, N).
+
+    A window smaller than the table's (a map smaller than the window) reads the entries of its
+    own offsets: the sub-block of the full index for its tokens.
+    """
 
     def __init__(self, window_size: Size2, num_heads: int) -> None:
         super().__init__()
@@ -35,22 +41,16 @@ class RelativePositionBias(nn.Module):
         nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
         self.register_buffer('relative_position_index', relative_position_index(self.window_size),
                              persistent=False)
-        self._sub_indices: Dict[Size2, torch.Tensor] = {}
 
-    def _index(self, window_size: Size2) -> torch.Tensor:
-        if tuple(window_size) == self.window_size:
-            return self.relative_position_index
-        index = self._sub_indices.get(tuple(window_size))
-        if index is None or index.device != self.relative_position_index.device:
-            index = relative_position_index(window_size, self.window_size).to(
-                self.relative_position_index.device)
-            self._sub_indices[tuple(window_size)] = index
-        return index
-
-    def forward(self, window_size: Size2 = None) -> torch.Tensor:
-        index = self._index(window_size or self.window_size)
+    def forward(self, window_size: Optional[Size2] = None) -> torch.Tensor:
+        index = self.relative_position_index
+        if window_size is not None and tuple(window_size) != self.window_size:
+            rows = torch.arange(window_size[0], device=index.device)
+            cols = torch.arange(window_size[1], device=index.device)
+            tokens = (rows[:, None] * self.window_size[1] + cols[None, :]).flatten()
+            index = index[tokens][:, tokens]
         n = index.shape[0]
-        bias = self.relative_position_bias_table[index.view(-1)].view(n, n, self.num_heads)
+        bias = self.relative_position_bias_table[index.reshape(-1)].view(n, n, self.num_heads)
         return bias.permute(2, 0, 1)
 
 

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from .attention import AttentionBase, MapTransform
-from .linear import Linear
+from .resample import adaptive_avg_pool2d
 
 
 class SpatialReductionAttention(AttentionBase):
@@ -13,7 +13,8 @@ class SpatialReductionAttention(AttentionBase):
 
     ``sr_ratio > 1``: a strided ``sr_ratio`` x ``sr_ratio`` conv + LayerNorm shrinks the map by
     ``sr_ratio`` per side (SRA). ``linear=True`` (linear SRA, PVTv2-li): adaptive average pooling to
-    ``pool_size`` x ``pool_size``, a 1x1 conv, LayerNorm and GELU, so cost is linear in pixels.
+    ``pool_size`` x ``pool_size`` (as matrix products: deterministic, any input size), a 1x1
+    conv, LayerNorm and GELU, so cost is linear in pixels.
     """
 
     def __init__(self, dim: int, num_heads: int, sr_ratio: int = 1, linear: bool = False,
@@ -21,12 +22,12 @@ class SpatialReductionAttention(AttentionBase):
                  proj_drop: float = 0.0, pool_size: int = 7, norm_eps: float = 1e-5,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
         super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
-        self.q = Linear(dim, dim, bias=qkv_bias)
-        self.kv = Linear(dim, dim * 2, bias=qkv_bias)
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
         self.linear = linear
         self.sr_ratio = sr_ratio
+        self.pool_size = (pool_size, pool_size)
         if linear:
-            self.pool = nn.AdaptiveAvgPool2d(pool_size)
             self.sr = nn.Conv2d(dim, dim, kernel_size=1, stride=1)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
             self.act = nn.GELU()
@@ -41,7 +42,8 @@ class SpatialReductionAttention(AttentionBase):
         b, n, c = x.shape
         grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
         if self.linear:
-            return self.act(self.norm(self.sr(self.pool(grid)).flatten(2).transpose(1, 2)))
+            pooled = adaptive_avg_pool2d(grid, self.pool_size)
+            return self.act(self.norm(self.sr(pooled).flatten(2).transpose(1, 2)))
         return self.norm(self.sr(grid).flatten(2).transpose(1, 2))
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:

@@ -1,10 +1,26 @@
-"""Window partition / reverse with padding, and the shifted-window region mask (Swin)."""
-from typing import Tuple
+"""Window attention (Swin, windowed plain ViTs): padding, cyclic shift, partition, shift mask.
+
+Everything is computed from the input's shape on the input's device, inside ``forward``: no
+caches keyed by sizes, no host-to-device copies.
+"""
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from .attention import Attention, MapTransform
+from .rel_pos import RelativePositionBias
+from .utils import to_2tuple
+
 Size2 = Tuple[int, int]
+
+
+def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2, Size2]:
+    """A map side that fits in one window gets a window of its own length and no shift (as the
+    official Swin at its last stage); longer sides keep the window, padded to a multiple."""
+    wh, sh = (hw[0], 0) if hw[0] <= window_size[0] else (window_size[0], shift_size[0])
+    ww, sw = (hw[1], 0) if hw[1] <= window_size[1] else (window_size[1], shift_size[1])
+    return (wh, ww), (sh, sw)
 
 
 def pad_to_windows(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
@@ -24,7 +40,8 @@ def window_partition(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
     return x.reshape(b, (h // wh) * (w // ww), wh * ww, c)
 
 
-def window_reverse(windows: torch.Tensor, window_size: Size2, height: int, width: int) -> torch.Tensor:
+def window_reverse(windows: torch.Tensor, window_size: Size2, height: int, width: int
+                   ) -> torch.Tensor:
     """Inverse of :func:`window_partition`: (B, num_windows, wh*ww, C) -> (B, H, W, C)."""
     b, _, _, c = windows.shape
     wh, ww = window_size
@@ -42,7 +59,8 @@ def _shift_regions(length: int, window: int, shift: int, device: torch.device) -
 
 
 def shifted_window_mask(height: int, width: int, window_size: Size2, shift_size: Size2,
-                        device: torch.device = None, masked_value: float = -100.0) -> torch.Tensor:
+                        device: Optional[torch.device] = None, masked_value: float = -100.0
+                        ) -> torch.Tensor:
     """Additive mask (num_windows, N, N) that keeps tokens of different regions of the cyclically
     shifted (padded) map from attending to each other; ``masked_value`` follows the official -100.
 
@@ -58,67 +76,68 @@ def shifted_window_mask(height: int, width: int, window_size: Size2, shift_size:
     return torch.zeros_like(diff).masked_fill_(diff != 0, masked_value)
 
 
-class _RowGather(torch.autograd.Function):
-    """``out = x[index]`` on rows, rows ``zero_rows`` of ``out`` set to 0; the backward is the
-    same kind of gather with the inverse index (``index`` is a bijection between the non-zero
-    output rows and the input rows), so neither direction needs a scatter-add."""
-
-    @staticmethod
-    def forward(ctx, x, index, zero_rows, inverse, inverse_zero_rows):
-        out = x.index_select(0, index)
-        if zero_rows.numel():
-            out.index_fill_(0, zero_rows, 0)
-        ctx.save_for_backward(inverse, inverse_zero_rows, index, zero_rows)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        inverse, inverse_zero_rows, index, zero_rows = ctx.saved_tensors
-        return (_RowGather.apply(grad.contiguous(), inverse, inverse_zero_rows, index, zero_rows),
-                None, None, None, None)
+def partition_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
+                      ) -> Tuple[torch.Tensor, Size2]:
+    """(B, H, W, C) -> zero-padded, cyclically shifted windows (B, num_windows, N, C) and the
+    padded size."""
+    grid = pad_to_windows(grid, window_size)
+    if any(shift_size):
+        grid = torch.roll(grid, shifts=(-shift_size[0], -shift_size[1]), dims=(1, 2))
+    return window_partition(grid, window_size), (grid.shape[1], grid.shape[2])
 
 
-class WindowLayout:
-    """Token order of a (B, H, W) map after zero-padding to whole windows, the cyclic shift and
-    the window partition, as index tensors: one gather each way instead of pad + roll +
-    partition (and their reverses), forward and backward.
+def merge_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, padded: Size2,
+                  hw: Size2) -> torch.Tensor:
+    """Inverse of :func:`partition_windows` on the valid tokens: -> (B, H, W, C)."""
+    grid = window_reverse(windows, window_size, *padded)
+    if any(shift_size):
+        grid = torch.roll(grid, shifts=shift_size, dims=(1, 2))
+    return grid[:, :hw[0], :hw[1]]
 
-    ``to_windows`` maps (B, H*W, C) tokens to (B, windows, wh*ww, C) with padded tokens zero;
-    ``from_windows`` is its inverse on the valid tokens (padding dropped).
+
+class WindowAttention(Attention):
+    """Self-attention of (B, H*W, C) tokens of an H x W map: inside (shifted) windows, or over
+    the whole map when ``window_size`` is ``None``.
+
+    Windows are folded into the batch axis. A window longer than the map shrinks to the map
+    (:func:`fit_window`); maps are zero-padded to whole windows on the bottom / right.
+    :meth:`position_bias` adds the learned relative-position bias (Swin) to every window;
+    subclasses can override it (e.g. decomposed relative positions) without touching the trunk.
+
+    Args:
+        dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop, map_transforms, fused: as
+            :class:`Attention`.
+        window_size: window side in tokens, or ``None`` for global attention.
+        shift: shift the windows by half a window (SW-MSA), masking wrapped-around regions.
+        rel_pos: a learned relative-position bias table per head (``rel_pos``).
     """
 
-    def __init__(self, batch: int, height: int, width: int, window_size: Size2,
-                 shift_size: Size2, device: torch.device) -> None:
-        wh, ww = window_size
-        hp, wp = height + (-height % wh), width + (-width % ww)
-        self.padded = (hp, wp)
-        self.num_windows = (hp // wh) * (wp // ww)
-        self.window_tokens = wh * ww
-        rows = (torch.arange(height).view(-1, 1) - shift_size[0]) % hp
-        cols = (torch.arange(width).view(1, -1) - shift_size[1]) % wp
-        # windowed position of every valid token (rolled by -shift, then partitioned)
-        pos = ((rows // wh) * (wp // ww) + cols // ww) * (wh * ww) + (rows % wh) * ww + cols % ww
-        pos = pos.flatten()
-        src = torch.zeros(hp * wp, dtype=torch.long)
-        src[pos] = torch.arange(height * width)
-        valid = torch.zeros(hp * wp, dtype=torch.bool)
-        valid[pos] = True
-        pad = (~valid).nonzero().flatten()
-        offsets_tokens = torch.arange(batch).view(-1, 1) * (height * width)
-        offsets_windows = torch.arange(batch).view(-1, 1) * (hp * wp)
-        self.gather_windows = (src + offsets_tokens).flatten().to(device)
-        self.pad_rows = (pad + offsets_windows).flatten().to(device)
-        self.gather_tokens = (pos + offsets_windows).flatten().to(device)
-        self.no_rows = torch.zeros(0, dtype=torch.long, device=device)
+    def __init__(self, dim: int, num_heads: int, window_size: Optional[int] = 7,
+                 shift: bool = False, rel_pos: bool = False, qkv_bias: bool = True,
+                 qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
+        super().__init__(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop,
+                         map_transforms, fused)
+        if window_size is None and (shift or rel_pos):
+            raise ValueError('WindowAttention: shift and rel_pos need a window_size')
+        self.window_size = to_2tuple(window_size) if window_size is not None else None
+        half = (self.window_size[0] // 2, self.window_size[1] // 2) if shift else (0, 0)
+        self.shift_size = half
+        self.rel_pos = RelativePositionBias(self.window_size, num_heads) if rel_pos else None
 
-    def to_windows(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, c = x.shape
-        out = _RowGather.apply(x.reshape(-1, c), self.gather_windows, self.pad_rows,
-                               self.gather_tokens, self.no_rows)
-        return out.view(b, self.num_windows, self.window_tokens, c)
+    def position_bias(self, window: Size2) -> Optional[torch.Tensor]:
+        """Bias (H, N, N) added to every window's logits, or ``None``."""
+        return self.rel_pos(window) if self.rel_pos is not None else None
 
-    def from_windows(self, windows: torch.Tensor) -> torch.Tensor:
-        b, c = windows.shape[0], windows.shape[-1]
-        out = _RowGather.apply(windows.reshape(-1, c), self.gather_tokens, self.no_rows,
-                               self.gather_windows, self.pad_rows)
-        return out.view(b, -1, c)
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        if self.window_size is None:
+            return super().forward(x)
+        b, n, c = x.shape
+        window, shift = fit_window(hw, self.window_size, self.shift_size)
+        windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        bias = self.position_bias(window)
+        if any(shift):
+            mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
+            bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
+        out = super().forward(windows, attn_bias=bias)
+        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c)

@@ -1,4 +1,4 @@
-from .heap import retain_freed_memory
+from .heap import HeapSetting, retain_freed_memory
 from .safe_checkpoint import allow_mmengine_checkpoints
 
-__all__ = ['allow_mmengine_checkpoints', 'retain_freed_memory']
+__all__ = ['allow_mmengine_checkpoints', 'retain_freed_memory', 'HeapSetting']

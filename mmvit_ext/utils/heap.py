@@ -8,16 +8,37 @@ retained; doubling the pixels cost 2.4-3.0x by default and 1.9-2.0x retained. Th
 higher resident peak (+10-15 % there), since freed memory is kept for reuse.
 
 Process-wide, so retaining is opt-in: tools call it behind a flag (``--retain-heap``), never on
-import.
+import. Whether it took effect is checked, not assumed (:func:`retain_freed_memory` returns a
+:class:`HeapSetting` that says so), and what the kernel then does with the retained pages is
+the host's business: on some hosts it reclaims them anyway and the setting gains nothing.
 """
 import ctypes
 import ctypes.util
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _INT_MAX = 2 ** 31 - 1
+_PROBE_BYTES = 64 * 2 ** 20  # above glibc's largest mmap threshold (32 MB)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks', 'fsmblks', 'uordblks',
+        'fordblks', 'keepcost')]
+
+
+@dataclass(frozen=True)
+class HeapSetting:
+    """The outcome of :func:`retain_freed_memory`: ``applied`` is true only when a large
+    allocation was seen to come from the heap instead of a fresh ``mmap``."""
+    applied: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.applied
 
 
 @lru_cache(maxsize=1)
@@ -32,15 +53,48 @@ def _glibc() -> Optional[ctypes.CDLL]:
     return libc
 
 
-def retain_freed_memory() -> bool:
+def mmapped_blocks() -> Optional[int]:
+    """Blocks glibc currently serves with their own ``mmap`` (``mallinfo2().hblks``), or
+    ``None`` where that cannot be read (not glibc, or glibc < 2.33)."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, 'mallinfo2'):
+        return None
+    libc.mallinfo2.restype = _Mallinfo2
+    return int(libc.mallinfo2().hblks)
+
+
+def large_block_is_mmapped() -> Optional[bool]:
+    """Whether glibc serves a 64 MB allocation with its own ``mmap`` right now (``None``: can't
+    tell)."""
+    libc = _glibc()
+    before = mmapped_blocks()
+    if before is None:
+        return None
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block = libc.malloc(_PROBE_BYTES)
+    during = mmapped_blocks()
+    libc.free(block)
+    return during > before
+
+
+def retain_freed_memory() -> HeapSetting:
     """Serve every allocation from the heap (no per-block ``mmap``) and never trim it back.
 
-    Returns ``False`` (and changes nothing) where the C library is not glibc.
+    Returns whether that took effect, checked with a probe allocation, and why not if not (not
+    glibc, ``mallopt`` refused, or the probe still got its own mapping).
     """
     libc = _glibc()
     if libc is None:
-        return False
-    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
+        return HeapSetting(False, 'the C library is not glibc')
+    if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX)):
+        return HeapSetting(False, 'glibc mallopt refused the settings')
+    mmapped = large_block_is_mmapped()
+    if mmapped is None:
+        return HeapSetting(True, 'settings accepted (glibc < 2.33: not verified)')
+    if mmapped:
+        return HeapSetting(False, 'a 64 MB allocation still got its own mmap')
+    return HeapSetting(True, 'large blocks now come from the retained heap')
 
 
 def trim_freed_memory() -> bool:

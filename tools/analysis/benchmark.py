@@ -26,6 +26,7 @@ from torch import nn
 import mmvit_ext  # noqa: F401
 from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_peak
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
+from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import retain_freed_memory
@@ -80,23 +81,6 @@ def build_backbone(spec: str, settings: dict) -> nn.Module:
         sys.exit(f'error: {error}')
 
 
-class _TrainStep(nn.Module):
-    """A detector's loss-mode forward on fixed synthetic inputs, as a benchmarkable module."""
-
-    def __init__(self, detector: nn.Module, batch: int, size) -> None:
-        super().__init__()
-        from mmdet.testing import demo_mm_inputs
-        self.detector = detector
-        packed = demo_mm_inputs(batch, [[3, *size]] * batch, num_items=[4] * batch,
-                                num_classes=5, with_mask=True)
-        self.data = detector.data_preprocessor(packed, True)
-
-    def forward(self, x):
-        losses = self.detector(self.data['inputs'].to(x.device), self.data['data_samples'],
-                               mode='loss')
-        return [self.detector.parse_losses(losses)[0].reshape(1)]
-
-
 def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
     size = tuple(args.size)
     if args.backbone:
@@ -119,13 +103,13 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
     with DefaultScope.overwrite_default_scope('mmdet'):
         detector = DET.build(cfg.model)
     detector.init_weights()
-    models = {'ours': _TrainStep(detector, args.batch, size)}
+    models = {'ours': DetectorTrainStep(detector)}
     if args.compare:
         peer = build_peers(detector.backbone, size)['mmdet']
         check_peers(detector.backbone, {'mmdet': peer}, size)
         other = copy.deepcopy(detector)
         other.backbone = peer
-        models['mmdet'] = _TrainStep(other, args.batch, size)
+        models['mmdet'] = DetectorTrainStep(other)
     return models
 
 
@@ -135,7 +119,9 @@ def main() -> None:
     dtype = DTYPES[args.dtype]
     heap = 'default heap'
     if args.retain_heap:
-        heap = 'heap retained' if retain_freed_memory() else 'default heap (not glibc)'
+        setting = retain_freed_memory()
+        heap = 'heap retained' if setting else f'default heap (--retain-heap: {setting.reason})'
+        print(f'[heap] --retain-heap: {setting.reason}')
     models = build_models(args)
     for model in models.values():  # mmdet's backbones return None from train()
         model.to(device).train(not args.eval)

@@ -1,0 +1,151 @@
+"""The backbone contract as checks on any backbone class, so that every registered family --
+and a new one -- runs the same suite (tests/test_contract.py, tests/test_new_family.py).
+
+Each check takes the backbone class and the constructor arguments of one case."""
+import math
+from pathlib import Path
+from typing import Tuple, Type
+
+import pytest
+import torch
+
+from mmvit_ext import ops
+from mmvit_ext.backbones import BaseBackbone
+from mmvit_ext.converters import CheckpointError, save_state_dict
+
+SIZES = [(112, 137), (224, 224), (513, 769)]
+
+
+def check_output_shapes(cls: Type[BaseBackbone], cfg: dict, size: Tuple[int, int]) -> None:
+    model = cls(**cfg).eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, *size))
+    assert isinstance(outs, tuple) and len(outs) == len(model.out_channels)
+    assert len(model.out_channels) == len(model.strides) == len(outs)
+    for out, channels, stride in zip(outs, model.out_channels, model.strides):
+        assert out.shape == (1, channels, math.ceil(size[0] / stride), math.ceil(size[1] / stride))
+        assert torch.isfinite(out).all()
+    assert [tuple(o.shape[1:]) for o in outs] == model.output_shapes(*size)
+
+
+def check_out_indices_subset_and_negative(cls: Type[BaseBackbone], cfg: dict) -> None:
+    model = cls(**cfg, out_indices=(-1, 1)).eval()
+    full = cls(**cfg).eval()
+    assert model.out_indices == (1, full.num_outputs - 1)  # sorted, shallow to deep
+    outs = model(torch.randn(1, 3, 64, 64))
+    assert [o.shape[1] for o in outs] == [full.level_channels[1], full.level_channels[-1]]
+
+
+def check_frozen_stages(cls: Type[BaseBackbone], cfg: dict) -> None:
+    model = cls(**cfg, frozen_stages=1, drop_path_rate=0.0)
+    model.train()
+    frozen = model.frozen_modules()
+    assert frozen, 'frozen_stages=1 froze nothing'
+    frozen_params = {id(p) for m in frozen for p in m.parameters()}
+    frozen_params |= {id(p) for p in model.frozen_parameters()}
+    assert all(not sub.training for mod in frozen for sub in mod.modules())
+    sum(o.sum() for o in model(torch.randn(2, 3, 64, 64))).backward()
+    for pname, param in model.named_parameters():
+        if id(param) in frozen_params:
+            assert not param.requires_grad and param.grad is None, pname
+        elif param.requires_grad:
+            assert param.grad is not None, f'{pname} got no gradient'
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert 0 < len(trainable) < len(list(model.parameters()))
+
+
+def check_with_cp(cls: Type[BaseBackbone], cfg: dict) -> None:
+    plain = cls(**cfg, drop_path_rate=0.0).train()
+    ckpt = cls(**cfg, drop_path_rate=0.0, with_cp=True).train()
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 72, 56)
+    outs_a, outs_b = plain(x), ckpt(x)
+    for a, b in zip(outs_a, outs_b):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    sum((o ** 2).mean() for o in outs_a).backward()
+    sum((o ** 2).mean() for o in outs_b).backward()
+    grads_b = dict(ckpt.named_parameters())
+    for pname, param in plain.named_parameters():
+        torch.testing.assert_close(param.grad, grads_b[pname].grad, atol=1e-6, rtol=1e-5)
+
+
+def check_state_dict_roundtrip(cls: Type[BaseBackbone], cfg: dict, path: Path) -> None:
+    source = cls(**cfg).eval()
+    save_state_dict(source.state_dict(), path)
+    target = cls(**cfg, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    target.init_weights()
+    target.eval()
+    for key, value in source.state_dict().items():
+        assert torch.equal(value, target.state_dict()[key]), key
+    x = torch.randn(1, 3, 48, 40)
+    for a, b in zip(source(x), target(x)):
+        assert torch.equal(a, b)
+
+
+def check_bad_arguments(cls: Type[BaseBackbone], cfg: dict) -> None:
+    with pytest.raises(ValueError, match="unknown arch 'nope'"):
+        cls(**dict(cfg, arch='nope'))
+    with pytest.raises(ValueError, match='missing keys'):
+        cls(**dict(cfg, arch={}))
+    with pytest.raises(ValueError, match='out_indices entry 99'):
+        cls(**cfg, out_indices=(0, 99))
+    with pytest.raises(ValueError, match='duplicates'):
+        cls(**cfg, out_indices=(1, 1))
+    with pytest.raises(ValueError, match='frozen_stages=99'):
+        cls(**cfg, frozen_stages=99)
+    model = cls(**cfg).eval()
+    with pytest.raises(ValueError, match='in_channels=3 but the input has 4 channels'):
+        model(torch.randn(1, 4, 64, 64))
+    with pytest.raises(ValueError, match='expects a'):
+        model(torch.randn(3, 64, 64))
+    with pytest.raises(ValueError, match='at least'):
+        model(torch.randn(1, 3, 2, 64))
+
+
+def check_unknown_layout_refused(cls: Type[BaseBackbone], cfg: dict, path: Path) -> None:
+    torch.save({'state_dict': {'foo.weight': torch.zeros(2), 'bar.bias': torch.zeros(2)}}, path)
+    model = cls(**cfg, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(CheckpointError, match='shares no key'):
+        model.init_weights()
+
+
+def check_kernels_match_portable(cls: Type[BaseBackbone], cfg: dict) -> None:
+    """Forward and backward through the CPU kernels equal the portable run."""
+    model = cls(**cfg, drop_path_rate=0.0).train()
+    x = torch.randn(2, 3, 72, 56)
+    results = []
+    for choice in ('auto', 'portable'):
+        model.zero_grad()
+        with ops.kernels(choice):
+            outs = model(x)
+        sum((o ** 2).mean() for o in outs).backward()
+        results.append(([o.detach() for o in outs],
+                        {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (outs_a, grads_a), (outs_b, grads_b) = results
+    for a, b in zip(outs_a, outs_b):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    for key in grads_a:
+        torch.testing.assert_close(grads_a[key], grads_b[key], atol=1e-5, rtol=1e-3, msg=key)
+
+
+def check_meta_device(cls: Type[BaseBackbone], cfg: dict) -> None:
+    """Built and run on ``meta`` (deferred init, shape checks; the non-CPU code paths)."""
+    with torch.device('meta'):
+        model = cls(**cfg)
+    with torch.no_grad():
+        outs = model.eval()(torch.empty(2, 3, 200, 328, device='meta'))
+    assert [tuple(o.shape[1:]) for o in outs] == model.output_shapes(200, 328)
+
+
+def check_early_out_indices_train_every_parameter(cls: Type[BaseBackbone], cfg: dict) -> None:
+    """DDP without find_unused_parameters needs a gradient for every trainable parameter:
+    levels after the last output are not built, and their checkpoint keys are expected drops."""
+    full = cls(**cfg, drop_path_rate=0.0)
+    for index in sorted({0, full.num_outputs // 2}):
+        model = cls(**cfg, out_indices=(index,), drop_path_rate=0.0).train()
+        outs = model(torch.randn(2, 3, 64, 48))
+        sum(o.float().pow(2).mean() for o in outs).backward()
+        missing = [k for k, p in model.named_parameters() if p.requires_grad and p.grad is None]
+        assert missing == [], f'out_indices=({index},): no gradient for {missing}'
+        dropped = model.unused_checkpoint_keys(list(full.state_dict()))
+        assert set(full.state_dict()) - set(model.state_dict()) == set(dropped)

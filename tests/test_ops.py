@@ -1,0 +1,130 @@
+"""CPU kernels (mmvit_ext.ops) against the portable code they stand in for: outputs and
+gradients, where each applies, and the one switch that turns them all off."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmvit_ext import ops
+from mmvit_ext.layers import explicit_attention, scaled_dot_product_attention
+from mmvit_ext.layers.map_transforms import TalkingHeads
+from mmvit_ext.ops import cpu_attention, cpu_gemm
+
+
+@pytest.mark.parametrize('shape,bias', [((2, 300, 48), True), ((700, 32), False)])
+def test_onednn_linear_matches_f_linear_forward_and_backward(shape, bias):
+    layer = nn.Linear(shape[-1], 40, bias=bias)
+    x = torch.randn(*shape, requires_grad=True)
+    grad = torch.randn(*shape[:-1], 40)
+    out = cpu_gemm.linear(x, layer.weight, layer.bias)
+    out.backward(grad)
+    ours = (out.detach(), x.grad.clone(), layer.weight.grad.clone())
+    x.grad, layer.weight.grad = None, None
+    ref = F.linear(x, layer.weight, layer.bias)
+    ref.backward(grad)
+    assert out.is_contiguous() and out.shape == ref.shape
+    for a, b in zip(ours, (ref.detach(), x.grad, layer.weight.grad)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # non-contiguous input (a transposed view) gives the same product
+    xt = x.detach().transpose(-2, -1).contiguous().transpose(-2, -1)
+    torch.testing.assert_close(cpu_gemm.linear(xt, layer.weight, layer.bias), ref.detach(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_route_through_the_mode_and_the_switch(monkeypatch):
+    """Inside ops.call an nn.Linear on >= 256 float32 rows runs the oneDNN route; small inputs,
+    autocast, float64 and MMVIT_EXT_KERNELS=portable run F.linear as written."""
+    calls = []
+    real_conv = F.conv2d
+    monkeypatch.setattr(F, 'conv2d', lambda *a, **k: calls.append(1) or real_conv(*a, **k))
+    layer = nn.Linear(16, 8)
+    rows = cpu_gemm.ONEDNN_MIN_ROWS
+    ops.call(layer, torch.randn(rows, 16))
+    assert len(calls) == 1
+    layer(torch.randn(rows, 16))                          # outside the mode: the plain call
+    ops.call(layer, torch.randn(rows - 1, 16))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert ops.call(layer, torch.randn(rows, 16)).dtype == torch.bfloat16
+    ops.call(layer.double(), torch.randn(rows, 16, dtype=torch.float64))
+    assert len(calls) == 1
+    layer.float()
+    with ops.kernels('portable'):
+        assert not ops.cpu_kernels_apply(torch.randn(1))
+        ops.call(layer, torch.randn(rows, 16))
+    assert len(calls) == 1
+    assert not ops.cpu_kernels_apply(torch.randn(1, device='meta'))
+    with pytest.raises(ValueError, match='portable'):
+        ops.set_kernels('fast')
+    monkeypatch.setenv('MMVIT_EXT_KERNELS', 'fast')
+    with pytest.raises(ValueError, match='MMVIT_EXT_KERNELS'):
+        ops._choice_from_env()
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('windows,bias_shape,chunk', [
+    (False, (1, 100, 100), None), (True, (5, 3, 49, 49), None),
+    (True, (5, 3, 49, 49), 2 * 2 * 3 * 49 * 49), (True, (3, 49, 49), 3 * 2 * 3 * 49 * 49)])
+def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkeypatch):
+    """Outputs and gradients of q, k, v and a per-window (or shared) bias equal the portable
+    scaled_dot_product_attention's, also when windows run in chunks (of 2 and 3 windows: the
+    last chunk shorter)."""
+    if chunk is not None:
+        monkeypatch.setattr(cpu_attention, 'SMALL_MAP_CHUNK_ELEMENTS', chunk)
+    shape = (2, 5, 3, 49, 16) if windows else (2, 3, 100, 16)
+    q, k, v = (torch.randn(*shape, dtype=dtype, requires_grad=True) for _ in range(3))
+    bias = torch.randn(*bias_shape, requires_grad=True)
+    if chunk is not None:
+        assert cpu_attention._Chunks(q, k, v, bias).step == chunk // (2 * 3 * 49 * 49)
+    assert cpu_attention.small_map_applies(q, k, 0.0)
+    assert not cpu_attention.small_map_applies(q, k, 0.1)
+    grad = torch.randn(shape, dtype=dtype)
+    ours = cpu_attention.scaled_dot_product_attention(q, k, v, bias, scale=0.25)
+    ours.backward(grad)
+    got = [ours.detach()] + [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    ref = scaled_dot_product_attention(q, k, v, bias, scale=0.25)
+    ref.backward(grad)
+    want = [ref.detach()] + [t.grad for t in (q, k, v, bias)]
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+
+
+def test_small_map_kernel_keys_broadcast_over_batch():
+    """Keys / values shared by every batch element get their gradients summed over it."""
+    q = torch.randn(2, 3, 100, 16, requires_grad=True)
+    k, v = (torch.randn(1, 3, 100, 16, requires_grad=True) for _ in range(2))
+    grad = torch.randn(2, 3, 100, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # e.g. an out= tensor resized
+        got = torch.autograd.grad(cpu_attention.SmallMapAttention.apply(q, k, v, None, 0.25),
+                                  (q, k, v), grad)
+    ref = F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q), scale=0.25)
+    for a, b in zip(got, torch.autograd.grad(ref, (q, k, v), grad)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_inference_chunks_explicit_maps_on_cpu_only(monkeypatch):
+    """At inference on CPU, large explicit maps run in query chunks when the transforms are
+    row-local, with the portable result; on another device (meta here) they run whole."""
+    monkeypatch.setattr(cpu_attention, 'INFERENCE_CHUNK_ELEMENTS', 2 * 2 * 42 * 10)
+    calls = []
+    real = cpu_attention.explicit_attention
+    monkeypatch.setattr(cpu_attention, 'explicit_attention',
+                        lambda q, *a, **k: calls.append(q.shape[-2]) or real(q, *a, **k))
+    transforms = nn.ModuleList([TalkingHeads(2)]).eval()
+    q, k, v = (torch.randn(2, 2, 42, 8) for _ in range(3))
+    with torch.no_grad():
+        whole = explicit_attention(q, k, v, 0.3, transforms=transforms)
+        chunked = ops.call(lambda t: explicit_attention(t, k, v, 0.3, transforms=transforms), q)
+        assert calls == [10, 10, 10, 10, 2]                   # 42 query rows in 5 chunks
+        torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
+        calls.clear()
+        meta = [t.to('meta') for t in (q, k, v)]
+        ops.call(lambda t: explicit_attention(t, *meta[1:], 0.3, transforms=transforms), meta[0])
+        assert calls == []                                    # not even offered to the kernel
