@@ -128,3 +128,53 @@ def test_inference_chunks_explicit_maps_on_cpu_only(monkeypatch):
         meta = [t.to('meta') for t in (q, k, v)]
         ops.call(lambda t: explicit_attention(t, *meta[1:], 0.3, transforms=transforms), meta[0])
         assert calls == []                                    # not even offered to the kernel
+
+
+@pytest.mark.parametrize('kind', ['mlp', 'conv_mlp', 'conv_mlp_li'])
+@pytest.mark.parametrize('autocast', [False, True])
+def test_fused_norm_mlp_matches_portable(kind, autocast):
+    """The fused LayerNorm->fc1 / GELU->fc2 kernel gives the portable norm_mlp's outputs and
+    the gradients of the input and of every parameter, in float32 and under bf16 autocast."""
+    from mmvit_ext.layers import ConvMlp, Mlp, norm_mlp
+    from mmvit_ext.ops import cpu_mlp
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(24)
+    nn.init.normal_(norm.weight, 1.0, 0.2), nn.init.normal_(norm.bias, 0.0, 0.2)
+    mlp = Mlp(24, 64) if kind == 'mlp' else ConvMlp(24, 64, linear=kind == 'conv_mlp_li')
+    args = () if kind == 'mlp' else ((10, 30),)
+    x = torch.randn(2, 300, 24, requires_grad=True)
+    grad = torch.randn(2, 300, 24)
+    params = [x, *norm.parameters(), *mlp.parameters()]
+
+    def run(fn):
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            out = fn(x, norm, mlp, *args)
+        return [out.detach().float(), *torch.autograd.grad(out.float(), params, grad)]
+
+    ours, ref = run(cpu_mlp.norm_mlp), run(norm_mlp)
+    tol = dict(rtol=1e-4, atol=1e-4) if not autocast else dict(rtol=5e-2, atol=5e-2)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, **tol)
+    assert ops.call(lambda t: norm_mlp(t, norm, mlp, *args), x.detach()).shape == x.shape
+
+
+def test_fused_norm_mlp_declines_what_it_does_not_implement():
+    from mmvit_ext.layers import Mlp
+    from mmvit_ext.ops import cpu_mlp
+    x = torch.randn(1, 10, 8)
+    assert cpu_mlp.norm_mlp(x, nn.LayerNorm(8), Mlp(8, act_layer=nn.ReLU)) is NotImplemented
+    assert cpu_mlp.norm_mlp(x, nn.Identity(), Mlp(8)) is NotImplemented
+    assert cpu_mlp.norm_mlp(x.double(), nn.LayerNorm(8).double(), Mlp(8).double()) \
+        is NotImplemented
+    assert cpu_mlp.norm_mlp(x, nn.LayerNorm(8), Mlp(8, drop=0.1).train()) is NotImplemented
+
+
+def test_fused_mlp_inference_chunks_equal_whole(monkeypatch):
+    from mmvit_ext.layers import Mlp
+    from mmvit_ext.ops import cpu_mlp
+    monkeypatch.setattr(cpu_mlp, 'MLP_CHUNK_ELEMENTS', 32 * 300)
+    norm, mlp = nn.LayerNorm(8), Mlp(8, 32)
+    x = torch.randn(2, 700, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(cpu_mlp.norm_mlp(x, norm, mlp), mlp(norm(x)),
+                                   rtol=1e-5, atol=1e-5)

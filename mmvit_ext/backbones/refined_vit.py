@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, fit_window, merge_windows,
+from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, fit_window, merge_windows, norm_mlp,
                       partition_windows, to_2tuple)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
@@ -82,7 +82,7 @@ class RefinerBlock(ViTBlock):
         a = self.scale_adjustment
         out, attn_map = self.attn(self.norm1(self.scaled(x)), hw, prev_map)
         x = x + self.drop_path(self.ls1(out)) / a
-        return x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a, attn_map
+        return x + self.drop_path(self.ls2(norm_mlp(self.scaled(x), self.norm2, self.mlp))) / a, attn_map
 
 
 @MODELS.register_module()

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm,
+from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, norm_mlp,
                       linear_drop_path_rates, resize_pos_embed, to_2tuple)
 from ..registry import MODELS
 from .base import BaseBackbone
@@ -37,7 +37,7 @@ class SwinBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        return x + self.drop_path(norm_mlp(x, self.norm2, self.mlp))
 
 
 class PatchMerging(nn.Module):

@@ -6,7 +6,7 @@ from .drop import DropPath, linear_drop_path_rates
 from .init import init_linear_and_norm
 from .layer_scale import LayerScale
 from .map_transforms import ReAttention, RefinerMap, TalkingHeads
-from .mlp import ConvMlp, Mlp
+from .mlp import ConvMlp, Mlp, norm_mlp
 from .patch_embed import ConvStemEmbed, PatchEmbed
 from .pos_embed import resize_pos_embed
 from .pyramid import LayerNorm2d, SimplePyramid, pyramid_channels
@@ -24,7 +24,7 @@ __all__ = [
     'TalkingHeads', 'WindowAttention', 'fit_window', 'partition_windows', 'merge_windows',
     'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table',
-    'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'PatchEmbed', 'ConvStemEmbed',
+    'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'norm_mlp', 'PatchEmbed', 'ConvStemEmbed',
     'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
     'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'to_2tuple',

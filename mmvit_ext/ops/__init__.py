@@ -11,6 +11,7 @@ call in the model code                          CPU kernel (where it applies, el
 ``F.linear`` (every ``nn.Linear``)              oneDNN GEMM, float32 (:mod:`.cpu_gemm`)
 ``layers.scaled_dot_product_attention``         small-map kernel (:mod:`.cpu_attention`)
 ``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`)
+``layers.norm_mlp`` (LayerNorm -> Mlp/ConvMlp)   LayerNorm->fc1, GELU->fc2 fused (:mod:`.cpu_mlp`)
 ==============================================  =============================================
 
 ``MMVIT_EXT_KERNELS=portable`` in the environment (or :func:`set_kernels`) turns every kernel
@@ -26,13 +27,15 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ..layers.attention import explicit_attention, scaled_dot_product_attention
-from . import cpu_attention, cpu_gemm
+from ..layers.mlp import norm_mlp
+from . import cpu_attention, cpu_gemm, cpu_mlp
 
 KERNEL_CHOICES = ('auto', 'portable')
 CPU_KERNELS: Dict[Callable, Callable] = {
     F.linear: cpu_gemm.linear,
     scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
     explicit_attention: cpu_attention.chunked_explicit_attention,
+    norm_mlp: cpu_mlp.norm_mlp,
 }
 
 
