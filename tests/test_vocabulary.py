@@ -117,3 +117,60 @@ def test_init_cfg_without_type_loads(tmp_path):
     dst.init_weights()
     for key, value in src.state_dict().items():
         assert torch.equal(value, dst.state_dict()[key]), key
+
+
+# ---- plain ViTs: mmseg VisionTransformer names ---------------------------------------------------
+from mmvit_ext.backbones import CaiT, DeepViT  # noqa: E402
+from mmvit_ext.layers import resize_pos_embed  # noqa: E402
+
+TINY_MMSEG = dict(embed_dims=32, num_layers=4, num_heads=2, mlp_ratio=3)
+
+
+def test_plain_vit_mmseg_names_take_mmseg_defaults():
+    model = meta(DeepViT, arch=dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2),
+                 img_size=(64, 96), out_indices=(1, 3), num_heads=2)
+    # mmseg's defaults with its names: class token in the trunk, global attention, stride-16
+    # maps one per index, no final norm
+    assert model.cls_token is not None and model.window_size is None
+    assert model.simple_pyramid is False and model.norm is None
+    assert model.grid_size == (4, 6)
+    assert model.out_channels == (32, 32) and model.strides == (16, 16)
+    native = meta(DeepViT, dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2))
+    assert native.cls_token is None and native.window_size == 14 and native.simple_pyramid
+
+
+@pytest.mark.parametrize('cls,kwargs,pattern', [
+    (DeepViT, dict(with_cls_token=True, window_size=7), 'use window_size=None'),
+    (CaiT, dict(with_cls_token=True), 'only enters its class-attention blocks'),
+    (DeepViT, dict(output_cls_token=True), 'output_cls_token=True is not supported'),
+    (DeepViT, dict(act_cfg=dict(type='ReLU')), r"only dict\(type='GELU'\)"),
+    (DeepViT, dict(qkv_bias=False), 'qkv_bias=False is not supported; we support True'),
+    (DeepViT, dict(patch_size=8), 'patch_size=8 is not supported; we support 16'),
+    (DeepViT, dict(img_size=(64, 64, 64)), r'img_size=\(64, 64, 64\)'),
+    (DeepViT, dict(arch='16b', embed_dims=768), "arch='16b' has embed_dims=384"),
+])
+def test_plain_vit_unsupported_values_raise_one_error(cls, kwargs, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        meta(cls, **kwargs)
+
+
+def test_with_cls_token_runs_the_official_trunk():
+    """with_cls_token=True: patch tokens are those of the official classifier trunk (class token
+    through every block, global attention), given the same weights."""
+    arch = dict(embed_dims=32, depth=3, num_heads=2, reattention_blocks=1)
+    official = DeepViT(arch, img_size=64, out_type='cls_token', drop_path_rate=0.0).eval()
+    dense = DeepViT(arch, img_size=64, with_cls_token=True, final_norm=True, out_indices=(-1,),
+                    drop_path_rate=0.0).eval()
+    dense.load_state_dict(official.state_dict())
+    x = torch.randn(2, 3, 64, 48)
+    with torch.no_grad():
+        tokens, hw = official.patch_embed(x)
+        pos = resize_pos_embed(official.pos_embed, official.grid_size, hw, 1)
+        tokens = torch.cat([official.cls_token.expand(2, -1, -1) + pos[:, :1],
+                            tokens + pos[:, 1:]], dim=1)
+        for block in official.blocks:
+            tokens = block(tokens, hw)
+        tokens = official.norm(tokens)
+        expected = tokens[:, 1:].transpose(1, 2).reshape(2, 32, *hw)
+        assert torch.allclose(official(x)[0], tokens[:, 0], atol=1e-5)
+        assert torch.allclose(dense(x)[0], expected, atol=1e-5)

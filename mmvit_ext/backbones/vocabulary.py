@@ -82,6 +82,10 @@ def _swin_patch_cfg(value: Any, args: Dict[str, Any]) -> Optional[str]:
     return f'only keys restating the patch embedding {allowed}' if bad else None
 
 
+def _swin_strides(args: Dict[str, Any]) -> Tuple[int, ...]:
+    return (args['patch_size'],) + (2,) * (len(args['_arch']['depths']) - 1)
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """One family's peer names.
@@ -114,9 +118,8 @@ VOCABULARIES: Dict[str, Vocabulary] = {
         renames={'img_size': 'pretrain_img_size'},
         arch_args={'embed_dims': 'embed_dims', 'depths': 'depths', 'num_heads': 'num_heads'},
         checks={
-            'strides': _seq_equals(lambda a: (a['patch_size'],) + (2,) * (len(a['_arch']['depths'])
-                                                                       - 1),
-                                   "patch embedding stride = patch_size, then 2x2 merging"),
+            'strides': _seq_equals(_swin_strides, 'patch embedding stride = patch_size, then '
+                                                  '2x2 merging'),
             'act_cfg': GELU,
             'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-5),
             'convert_weights': _is_bool,
@@ -149,6 +152,31 @@ VOCABULARIES: Dict[str, Vocabulary] = {
             'convert_weights': _is_bool,
         }),
 }
+
+# mmseg VisionTransformer names for the plain-ViT families (DeepViT, CaiT, Refined-ViT)
+_MMSEG_VIT_ARCH = {'embed_dims': 'embed_dims', 'num_layers': 'depth', 'num_heads': 'num_heads',
+                   'mlp_ratio': 'mlp_ratio'}
+_MMSEG_VIT_CHECKS: Dict[str, Check] = {
+    'patch_size': _equals(16, '16 (the pretrained patch size)'),
+    'qkv_bias': _equals(True, 'True'),
+    'with_cls_token': lambda v, a: None if isinstance(v, bool) else 'True or False',
+    'output_cls_token': _equals(False, "False (out_type='cls_token' returns the class token)"),
+    'final_norm': lambda v, a: None if isinstance(v, bool) else 'True or False',
+    'act_cfg': GELU,
+    'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-6),
+    'patch_norm': _equals(False, 'False'),
+    'patch_bias': _equals(True, 'True (the official patch embedding has a bias)'),
+    'patch_pad': _equals('corner', "'corner' (bottom / right zero padding)"),
+    'pre_norm': _equals(False, 'False'),
+    'num_fcs': _equals(2, '2'),
+    'out_origin': _equals(False, 'False'),
+    'interpolate_mode': _equals('bicubic', "'bicubic'"),
+    'frozen_exclude': _equals(['all'], "['all'] (freeze with frozen_stages)"),
+}
+# with any of these names, mmseg's defaults apply (see PlainViTBase)
+_MMSEG_VIT = Vocabulary(arch_args=_MMSEG_VIT_ARCH, checks=_MMSEG_VIT_CHECKS,
+                        dialects={'mmseg': frozenset(_MMSEG_VIT_ARCH) | frozenset(_MMSEG_VIT_CHECKS)})
+VOCABULARIES.update(deepvit=_MMSEG_VIT, cait=_MMSEG_VIT, refiner=_MMSEG_VIT)
 
 
 def _pair_check(value: Any) -> Optional[str]:

@@ -1,4 +1,5 @@
-# Source: open-mmlab/mmdetection v3.3.0, tests/test_models/test_backbones/test_pvt.py
+# Source: open-mmlab/mmdetection tests/test_models/test_backbones/test_pvt.py, read at commit
+# 4332b31b7f211ea63798881baf9796d7e1d53303 (the stored version; not compared with tag v3.3.0).
 # Only the import changed: our PyramidVisionTransformerV2 replaces mmdet's.
 # Left out: test_pvt_block and test_pvt (mmdet's PVT v1 classes PVTEncoderLayer and
 # PyramidVisionTransformer; we only have PVTv2).

@@ -1,4 +1,5 @@
-# Source: open-mmlab/mmdetection v3.3.0, tests/test_models/test_backbones/test_swin.py
+# Source: open-mmlab/mmdetection tests/test_models/test_backbones/test_swin.py, read at commit
+# 099397ba4c97d60bc0076c5cd7163461ccc741fb (the stored version; not compared with tag v3.3.0).
 # Only the import changed: our SwinTransformer replaces mmdet's.
 # Left out: test_swin_block (mmdet's internal SwinBlock: block.ffn / block.attn.w_msa / its
 # with_cp attribute; our blocks are plain nn.Modules).

@@ -1,6 +1,6 @@
-# Source: open-mmlab/mmpretrain v1.2.0, tests/test_models/test_backbones/test_swin_transformer.py
+# Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/test_swin_transformer.py
 # Imports changed: our SwinTransformer replaces mmpretrain's, our resize_pos_embed replaces
-# mmpretrain's test helper timm_resize_pos_embed (same bicubic resize of a token grid).
+# mmpretrain's test helper timm_resize_pos_embed (a bicubic resize of a token grid).
 # Left out (assertions on mmpretrain's internal classes and attribute names):
 #   test_arch: the custom arch embed_dims=256, num_heads=[6, 12, 6, 12] and its checks of
 #     stage.embed_dims / stage.blocks[0].attn.w_msa.num_heads (internal attributes): 256 is not

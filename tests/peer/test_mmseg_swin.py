@@ -1,4 +1,5 @@
-# Source: open-mmlab/mmsegmentation v1.2.2, tests/test_models/test_backbones/test_swin.py
+# Source: open-mmlab/mmsegmentation tests/test_models/test_backbones/test_swin.py, read at commit
+# 119bbd838deba739ba488a59a7d724a3e1c56154 (the stored version; not compared with tag v1.2.2).
 # Only the import changed: our SwinTransformer replaces mmseg's. Nothing left out.
 import pytest
 import torch
