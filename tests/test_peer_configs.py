@@ -157,3 +157,40 @@ def test_features_equal_given_peer_weights(name):
         for a, b in zip(ours(x), peer_model(x)):
             assert a.shape == b.shape
             assert (a - b).abs().max().item() <= 1e-4
+
+
+def _to_peer_layout(name: str, ours: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """Our weights in the peer's layout: exported to the official layout, then read by mmdet's
+    own converter (mmseg and mmpretrain Swin share mmdet's keys)."""
+    from mmdet.models.backbones.pvt import pvt_convert
+    from mmdet.models.backbones.swin import swin_converter
+
+    from mmvit_ext.converters import export_official_pvtv2, export_official_swin
+    if name.endswith('pvtv2'):
+        return pvt_convert(export_official_pvtv2(ours.state_dict()))
+    state = {k[len('backbone.'):]: v for k, v in
+             swin_converter(export_official_swin(ours.state_dict())).items()
+             if not k.startswith('backbone.norm.')}
+    state.update({k: v for k, v in ours.state_dict().items() if k.startswith('norm')})
+    return state
+
+
+@pytest.mark.parametrize('name', sorted(SMALL))
+def test_features_equal_given_our_weights_in_the_peer(name):
+    """The same dict builds the same function: our weights, exported and read by the peer's own
+    converter, give the peer the same features (<= 1e-4)."""
+    peer, cfg = SMALL[name]
+    registry = _peer_registry(peer)
+    peer_model = registry.build(copy.deepcopy(cfg))
+    peer_model.eval()
+    ours = registry.build(dict(copy.deepcopy(cfg), type=OURS[cfg['type']])).eval()
+    result = peer_model.load_state_dict(_to_peer_layout(name, ours), strict=False)
+    assert not result.unexpected_keys
+    assert all(k.endswith(('relative_position_index', 'attn_mask')) for k in result.missing_keys)
+    x = torch.randn(1, 3, 256, 288)  # every Swin stage map longer than the window
+    with torch.no_grad():
+        feats, peer_feats = ours(x), peer_model(x)
+    assert len(feats) == len(peer_feats) == 4
+    for a, b in zip(feats, peer_feats):
+        assert a.shape == b.shape
+        assert (a - b).abs().max().item() <= 1e-4
