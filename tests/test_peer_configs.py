@@ -124,7 +124,8 @@ def test_print_table(capsys):
         print(f'\n{"config":<{width}}  build  channels / strides')
         for name, (ok, channels, strides) in sorted(ROWS.items()):
             print(f'{name:<{width}}  {ok:<5}  {channels} / {strides}')
-        print(f'{len(ROWS)} configs built')
+        refused = sum(ok == 'error' for ok, _, _ in ROWS.values())
+        print(f'{len(ROWS)} configs: {len(ROWS) - refused} built, {refused} refused')
     assert len(ROWS) == len(CONFIGS)
 
 
