@@ -20,6 +20,7 @@ from .. import ops
 from ..converters import load_pretrained
 from ..converters.layouts import StateDict
 from ..layers import resize_rel_pos_table
+from .vocabulary import ConfigError, normalise_init_cfg
 
 
 class BaseBackbone(BaseModule):
@@ -35,7 +36,7 @@ class BaseBackbone(BaseModule):
     min_input_size: int = 1
 
     def __init__(self, init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(init_cfg=normalise_init_cfg(init_cfg))  # dict(checkpoint=...) too
         self.out_indices: Tuple[int, ...] = ()
         self.level_channels: Tuple[int, ...] = ()
         self.level_strides: Tuple[int, ...] = ()
@@ -51,19 +52,20 @@ class BaseBackbone(BaseModule):
         if isinstance(arch, str):
             key = arch.lower()
             if key not in cls.arch_zoo:
-                raise ValueError(f'{name}: unknown arch {arch!r}; choose one of '
-                                 f'{sorted(cls.arch_zoo)} or pass a dict with keys '
-                                 f'{sorted(cls.essential_keys)}')
+                raise ConfigError(f'{name}: unknown arch {arch!r}; choose one of '
+                                  f'{sorted(cls.arch_zoo)} (it is not in default archs) or pass '
+                                  f'a dict with keys {sorted(cls.essential_keys)}')
             return dict(cls.arch_zoo[key])
         if not isinstance(arch, dict):
             raise TypeError(f'{name}: arch must be a preset name or a dict, got {type(arch).__name__}')
         missing = cls.essential_keys - set(arch)
         if missing:
-            raise ValueError(f'{name}: custom arch is missing keys {sorted(missing)} '
-                             f'(required: {sorted(cls.essential_keys)})')
+            raise ConfigError(f'{name}: custom arch is missing keys {sorted(missing)} '
+                              f'(Custom arch needs a dict with keys '
+                              f'{sorted(cls.essential_keys)})')
         unknown = set(arch) - cls.essential_keys - cls.optional_keys
         if unknown:
-            raise ValueError(f'{name}: custom arch has unknown keys {sorted(unknown)} (allowed: '
+            raise ConfigError(f'{name}: custom arch has unknown keys {sorted(unknown)} (allowed: '
                              f'{sorted(cls.essential_keys | cls.optional_keys)})')
         return dict(arch)
 

@@ -1,7 +1,7 @@
 """CaiT (Touvron et al., 2021): LayerScale on every residual branch, talking-heads attention in
 the trunk, and class-attention blocks that read the class token out of the frozen patch tokens."""
 from functools import partial
-from typing import List, Optional, Union
+from typing import Any, List, Optional, Union
 
 import torch
 from torch import nn
@@ -85,7 +85,9 @@ class CaiT(PlainViTBase):
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
     optional_keys = frozenset({'mlp_ratio', 'layer_scale', 'cls_depth'})
 
-    def __init__(self, arch: Union[str, dict] = 's24', **kwargs) -> None:
+    default_arch = 's24'
+
+    def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)
 
     @staticmethod

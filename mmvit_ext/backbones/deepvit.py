@@ -1,7 +1,7 @@
 """DeepViT (Zhou et al., 2021): re-attention regenerates the attention maps of deep blocks by a
 learnable mixing of heads, so that they stop collapsing to the same pattern."""
 from functools import partial
-from typing import Union
+from typing import Any, Union
 
 from torch import nn
 
@@ -43,12 +43,15 @@ class DeepViT(PlainViTBase):
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads', 'reattention_blocks'})
     optional_keys = frozenset({'mlp_ratio', 'conv_stem', 'transform_scale', 'scale_adjustment'})
 
-    def __init__(self, arch: Union[str, dict] = 's', **kwargs) -> None:
-        settings = self.resolve_arch(arch)
+    default_arch = 's'
+
+    def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
+        super().__init__(arch, **kwargs)
+
+    def validate_arch(self, settings: dict) -> None:
         if not 0 <= settings['reattention_blocks'] <= settings['depth']:
             raise ValueError(f'DeepViT: reattention_blocks={settings["reattention_blocks"]} must '
                              f'be between 0 and depth={settings["depth"]}')
-        super().__init__(settings, **kwargs)
 
     def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
         stem = settings.get('conv_stem')

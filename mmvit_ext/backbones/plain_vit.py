@@ -9,7 +9,7 @@ the model is the official classifier trunk (class token, global attention everyw
 the normalised class token, for mmpretrain classifiers and parity checks.
 """
 import math
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention, 
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
 from .base import BaseBackbone
+from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
 OUT_TYPES = ('featmap', 'cls_token')
@@ -72,46 +73,69 @@ class PlainViTBase(BaseBackbone):
     :meth:`build_block`; CaiT adds class-attention blocks through :meth:`build_cls_head`.
 
     Args:
-        arch: preset name / alias, or a dict with the family's keys.
-        img_size: pretraining image size; the position-embedding grid is ``img_size / patch``.
+        arch: preset name / alias, or a dict with the family's keys; ``None``: the family's
+            default preset, under mmseg's ``embed_dims`` / ``num_layers`` / ``num_heads`` /
+            ``mlp_ratio`` if given.
+        img_size: pretraining image size, int or (H, W); the position-embedding grid is
+            ``img_size / patch``.
         out_type: ``'featmap'`` (dense NCHW maps) or ``'cls_token'`` (the classifier trunk: one
             (B, C) tensor, the normalised class token).
         out_indices: block indices whose tokens are output (negative from the end). With the
             pyramid, one index gives all four levels from that block (ViTDet), four indices one
             level each (BEiT / mmseg multi-level).
         simple_pyramid: resample to strides 4/8/16/32; off: stride-16 maps, one per index.
+            ``None``: on, off with mmseg's names (its stride-16 outputs).
         window_size: window side in tokens for the windowed blocks; ``None`` for global attention
-            everywhere (as the classifiers are pretrained).
+            everywhere (as the classifiers are pretrained); ``'auto'``: 14 (the pretraining
+            grid), ``None`` with mmseg's names.
         global_blocks: blocks that keep global attention when windows are on; ``None`` picks
             four evenly spaced blocks (the family may adjust them).
         frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
             first k blocks.
         fused_attn: use the fused SDPA kernel in blocks without map transforms.
+        **peer_args: mmseg ``VisionTransformer`` names (``with_cls_token``, ``final_norm``,
+            ``num_layers``, ``pretrained`` ...), mapped or validated by
+            :mod:`mmvit_ext.backbones.vocabulary`; see :meth:`check_cls_token`.
     """
 
     num_prefix_tokens = 1
     default_patch_size = 16
+    default_arch = ''
 
-    def __init__(self, arch: Union[str, dict], img_size: int = 224, in_channels: int = 3,
+    def __init__(self, arch: Union[str, dict, None] = None,
+                 img_size: Union[int, Sequence[int]] = 224, in_channels: int = 3,
                  out_type: str = 'featmap', out_indices: Union[int, Sequence[int]] = (-1,),
-                 simple_pyramid: bool = True, window_size: Optional[int] = 14,
+                 simple_pyramid: Optional[bool] = None,
+                 window_size: Union[int, str, None] = 'auto',
                  global_blocks: Optional[Sequence[int]] = None, drop_rate: float = 0.0,
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None
-                 ) -> None:
-        super().__init__(init_cfg=init_cfg)
+                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None,
+                 **peer_args: Any) -> None:
         name = type(self).__name__
-        self.arch_settings = settings = self.resolve_arch(arch)
+        args, settings = translate(name, self.family, dict(arch=arch, init_cfg=init_cfg),
+                                   peer_args, self.default_arch, self.resolve_arch)
+        super().__init__(init_cfg=args['init_cfg'])
+        self.validate_arch(settings)
+        self.arch_settings = settings
         dim, depth = int(settings['embed_dims']), int(settings['depth'])
         if out_type not in OUT_TYPES:
             raise ValueError(f'{name}: out_type must be one of {OUT_TYPES}, got {out_type!r}')
         if not isinstance(in_channels, int) or in_channels <= 0:
             raise ValueError(f'{name}: in_channels must be a positive int, got {in_channels!r}')
         patch = int(settings.get('patch_size', self.default_patch_size))
-        if not isinstance(img_size, int) or img_size < patch or img_size % patch:
+        img_hw = to_pair('img_size', name, img_size)
+        if min(img_hw) < patch or img_hw[0] % patch or img_hw[1] % patch:
             raise ValueError(f'{name}: img_size must be a positive multiple of the patch size '
                              f'{patch}, got {img_size!r}')
+        # mmseg's VisionTransformer names: its defaults (class token in the trunk, global
+        # attention, stride-16 maps, no final norm) unless given
+        mmseg = args['_dialect'] == 'mmseg'
+        with_cls_token = bool(peer_args.get('with_cls_token', mmseg and self.num_prefix_tokens))
+        final_norm = bool(peer_args.get('final_norm', not mmseg))
+        window_size = (None if mmseg else 14) if window_size == 'auto' else window_size
+        simple_pyramid = (not mmseg) if simple_pyramid is None else simple_pyramid
+        self.check_cls_token(with_cls_token, window_size, final_norm, out_type)
         self.embed_dims, self.depth, self.patch_size = dim, depth, patch
         self.out_type = out_type
         self.in_channels = in_channels
@@ -133,12 +157,13 @@ class PlainViTBase(BaseBackbone):
             if patch != 16:
                 raise ValueError(f'{name}: the simple pyramid expects patch 16, got {patch}')
 
-        self.grid_size = (img_size // patch, img_size // patch)
+        self.grid_size = (img_hw[0] // patch, img_hw[1] // patch)
         self.patch_embed = self.build_patch_embed(settings, in_channels)
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + math.prod(
             self.grid_size), dim))
         self.pos_drop = nn.Dropout(drop_rate) if drop_rate > 0 else nn.Identity()
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if classify else None
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) \
+            if classify or with_cls_token else None
         rates = self.drop_path_rates(drop_path_rate, depth)
         built = depth if classify else self.out_indices[-1] + 1  # later blocks: no gradient
         self.blocks = nn.ModuleList(
@@ -149,7 +174,8 @@ class PlainViTBase(BaseBackbone):
         self.cls_blocks = self.build_cls_head(settings, drop_rate, attn_drop_rate,
                                               drop_path_rate) if classify else None
         # the final norm acts on the last block's tokens only
-        self.norm = nn.LayerNorm(dim, eps=1e-6) if classify or built == depth else None
+        self.norm = nn.LayerNorm(dim, eps=1e-6) \
+            if classify or (built == depth and final_norm) else None
         self.pyramid = SimplePyramid(dim) if simple_pyramid else None
         self.init_parameters()
         self._freeze_stages()
@@ -178,6 +204,27 @@ class PlainViTBase(BaseBackbone):
         return sorted({(i + 1) * self.depth // 4 - 1 for i in range(4)} - {-1})
 
     # ---- arguments ---------------------------------------------------------------------------
+    def validate_arch(self, settings: dict) -> None:
+        """Family checks of the resolved arch (after the peers' names are applied)."""
+
+    def check_cls_token(self, with_cls_token: bool, window_size: Optional[int],
+                        final_norm: bool, out_type: str) -> None:
+        """mmseg's ``with_cls_token=True``: the class token runs through every block as in the
+        official models, so every block must attend globally (a class token belongs to no
+        window); ``final_norm=False`` has no final norm, which the classifier needs."""
+        name = type(self).__name__
+        if with_cls_token and not self.num_prefix_tokens:
+            raise ConfigError(f'{name}: with_cls_token=True is not supported; the class token '
+                              f'of {name} only enters its class-attention blocks '
+                              f"(out_type='cls_token'); use with_cls_token=False")
+        if with_cls_token and window_size is not None:
+            raise ConfigError(f'{name}: with_cls_token=True with window_size={window_size} is not '
+                              f'supported; the class token attends globally in every block, '
+                              f'so use window_size=None (or with_cls_token=False for windows)')
+        if not final_norm and out_type == 'cls_token':
+            raise ConfigError(f"{name}: final_norm=False is not supported with "
+                              f"out_type='cls_token' (the class token is normalised)")
+
     def _check_window(self, window_size: Optional[int]) -> Optional[int]:
         if window_size is None:
             return None
@@ -225,8 +272,10 @@ class PlainViTBase(BaseBackbone):
         prefixes = tuple(f'blocks.{i}.' for i in range(len(self.blocks), self.depth))
         if self.norm is None:
             prefixes += ('norm.',)
-        if self.out_type != 'cls_token':
-            prefixes += ('cls_token', 'cls_blocks.')
+        if self.cls_token is None:
+            prefixes += ('cls_token',)
+        if self.cls_blocks is None:
+            prefixes += ('cls_blocks.',)
         return prefixes
 
     def output_spec(self) -> List[Tuple[int, Optional[int]]]:
@@ -248,7 +297,7 @@ class PlainViTBase(BaseBackbone):
     # ---- forward -----------------------------------------------------------------------------
     def output_tokens(self, index: int, tokens: torch.Tensor) -> torch.Tensor:
         """Tokens of block ``index`` as output: the last block's through the final norm."""
-        return self.norm(tokens) if index == self.depth - 1 else tokens
+        return self.norm(tokens) if index == self.depth - 1 and self.norm is not None else tokens
 
     def forward_blocks(self, tokens: torch.Tensor, hw: Size2
                        ) -> Tuple[List[torch.Tensor], torch.Tensor]:
@@ -282,7 +331,9 @@ class PlainViTBase(BaseBackbone):
         if self.out_type == 'cls_token':
             return (self.forward_cls_token(tokens),)
         b = tokens.shape[0]
-        maps = [f.transpose(1, 2).reshape(b, self.embed_dims, *hw) for f in feats]
+        num_patches = hw[0] * hw[1]  # the class token (with_cls_token) is not a map pixel
+        maps = [f[:, f.shape[1] - num_patches:].transpose(1, 2).reshape(b, self.embed_dims, *hw)
+                for f in feats]
         if self.pyramid is None:
             return tuple(maps)
         if len(maps) == 1:

@@ -1,7 +1,7 @@
 """PVTv2 (Wang et al., 2022): overlapping patch embedding, spatial-reduction attention (or
 linear SRA for ``b2_li``), convolutional FFN; a 4-level pyramid with a norm after every stage."""
 from functools import partial
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -10,6 +10,7 @@ from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention, 
                       init_linear_and_norm, linear_drop_path_rates)
 from ..registry import MODELS
 from .base import BaseBackbone
+from .vocabulary import translate
 
 Size2 = Tuple[int, int]
 
@@ -56,10 +57,15 @@ class PyramidVisionTransformerV2(BaseBackbone):
     Args:
         arch: ``b0 b1 b2 b2_li b3 b4 b5`` (aliases ``pvt_v2_b2`` ...) or a dict with
             ``embed_dims``, ``depths``, ``num_heads`` (optional ``mlp_ratios``, ``sr_ratios``,
-            ``linear``).
+            ``linear``); ``None``: b2, or mmdet's explicit ``embed_dims`` (first-stage width,
+            stage i gets ``embed_dims * num_heads[i]``), ``num_layers``, ``num_heads``,
+            ``mlp_ratios``, ``sr_ratios`` over b2.
         fused_attn: fused attention (``F.scaled_dot_product_attention``); ``False``
             materialises maps for analysis hooks.
         out_indices: stages whose maps are returned; stages after the last one are not built.
+        **peer_args: mmdet ``PyramidVisionTransformerV2`` names (``num_layers``, ``strides``,
+            ``pretrained``, ``use_conv_ffn`` ...), mapped or validated by
+            :mod:`mmvit_ext.backbones.vocabulary`.
     """
 
     family = 'pvtv2'
@@ -81,13 +87,17 @@ class PyramidVisionTransformerV2(BaseBackbone):
     essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
     optional_keys = frozenset({'mlp_ratios', 'sr_ratios', 'linear'})
 
-    def __init__(self, arch: Union[str, dict] = 'b2', in_channels: int = 3, qkv_bias: bool = True,
-                 drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
-                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 norm_eval: bool = False, with_cp: bool = False, fused_attn: bool = True,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
-        settings = self.resolve_arch(arch)
+    def __init__(self, arch: Union[str, dict, None] = None, in_channels: int = 3,
+                 qkv_bias: bool = True, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 drop_path_rate: float = 0.1, out_indices: Sequence[int] = (0, 1, 2, 3),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None,
+                 **peer_args: Any) -> None:
+        args, settings = translate('PyramidVisionTransformerV2', self.family,
+                                   dict(arch=arch, init_cfg=init_cfg), peer_args, 'b2',
+                                   self.resolve_arch)
+        super().__init__(init_cfg=args['init_cfg'])
+        self.arch_settings = settings
         dims, depths, heads = (tuple(settings[k]) for k in ('embed_dims', 'depths', 'num_heads'))
         num_stages = len(depths)
         mlp_ratios = tuple(settings.get('mlp_ratios', (8, 8, 4, 4)[:num_stages]))

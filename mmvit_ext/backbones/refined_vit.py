@@ -2,7 +2,7 @@
 expanded map locally (distributed local attention) and reduces them back; in the official models
 every second block reuses the previous block's map through the Refiner instead of computing one."""
 from functools import partial
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -114,7 +114,9 @@ class RefinedViT(PlainViTBase):
     optional_keys = frozenset({'mlp_ratio', 'expand_ratio', 'kernel_size', 'conv_stem',
                                'scale_adjustment', 'mlp_layer_scale'})
 
-    def __init__(self, arch: Union[str, dict] = 's', **kwargs) -> None:
+    default_arch = 's'
+
+    def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)
         for i in range(1, self.depth, 2):  # shared blocks reuse block i-1's map
             if (i in self.global_blocks) != (i - 1 in self.global_blocks):

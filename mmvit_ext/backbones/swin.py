@@ -4,16 +4,17 @@ Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsam
 of stage i), so the converter only renames the bias table and the final norm.
 """
 import math
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, norm_mlp,
-                      linear_drop_path_rates, resize_pos_embed, to_2tuple)
+from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm,
+                      linear_drop_path_rates, norm_mlp, resize_pos_embed)
 from ..registry import MODELS
 from .base import BaseBackbone
+from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
 
@@ -80,14 +81,24 @@ class SwinTransformer(BaseBackbone):
 
     Args:
         arch: ``tiny/small/base/large`` (aliases ``t/s/b/l``, ``swin_t`` ...), or a dict with
-            ``embed_dims``, ``depths``, ``num_heads``.
-        pretrain_img_size: image size of pretraining; sets the absolute position grid.
+            ``embed_dims``, ``depths``, ``num_heads``; ``None``: tiny, or the peers' explicit
+            ``embed_dims`` / ``depths`` / ``num_heads`` over tiny.
+        pretrain_img_size: image size of pretraining (int or (H, W)); sets the absolute
+            position grid. mmpretrain's ``img_size``.
         window_size: 7 (224 pretraining) or 12 (384); tables of other sizes are resized on load.
         use_abs_pos_embed: add an absolute position embedding (resized to every input).
         fused_attn: fused attention with bias and masks as an additive mask
             (``F.scaled_dot_product_attention``); ``False`` materialises maps for analysis
             hooks.
+        patch_norm: LayerNorm after the patch embedding.
         out_indices: stages whose maps are returned; stages after the last one are not built.
+            ``None``: all four, or ``(3,)`` with mmpretrain's names (its default).
+        frozen_stages: -1 nothing; k the patch embedding and stages 0..k-1 (mmdet / mmseg).
+            With mmpretrain's names (``img_size``, ``stage_cfgs`` ...) mmpretrain's count:
+            k freezes stages 0..k.
+        **peer_args: mmdet / mmseg / mmpretrain names (``embed_dims``, ``depths``,
+            ``num_heads``, ``strides``, ``img_size``, ``pretrained``, ``act_cfg`` ...), mapped
+            or validated by :mod:`mmvit_ext.backbones.vocabulary`.
     """
 
     family = 'swin'
@@ -103,36 +114,50 @@ class SwinTransformer(BaseBackbone):
     }
     essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
 
-    def __init__(self, arch: Union[str, dict] = 'tiny', pretrain_img_size: int = 224,
-                 in_channels: int = 3, patch_size: int = 4, window_size: int = 7,
-                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: Optional[float] = None,
-                 drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
-                 use_abs_pos_embed: bool = False, out_indices: Sequence[int] = (0, 1, 2, 3),
-                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None
-                 ) -> None:
-        super().__init__(init_cfg=init_cfg)
-        settings = self.resolve_arch(arch)
+    def __init__(self, arch: Union[str, dict, None] = None,
+                 pretrain_img_size: Union[int, Sequence[int]] = 224, in_channels: int = 3,
+                 patch_size: int = 4, window_size: int = 7, mlp_ratio: float = 4.0,
+                 qkv_bias: bool = True, qk_scale: Optional[float] = None, drop_rate: float = 0.0,
+                 attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 use_abs_pos_embed: bool = False, patch_norm: bool = True,
+                 out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
+                 norm_eval: bool = False, with_cp: bool = False, fused_attn: bool = True,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None, **peer_args: Any) -> None:
+        args, settings = translate('SwinTransformer', self.family, dict(
+            arch=arch, pretrain_img_size=pretrain_img_size, window_size=window_size,
+            patch_size=patch_size, init_cfg=init_cfg), peer_args, 'tiny', self.resolve_arch)
+        super().__init__(init_cfg=args['init_cfg'])
+        pretrain_img_size, window_size = args['pretrain_img_size'], args['window_size']
+        if args['_dialect'] == 'mmpretrain':  # its frozen_stages=k freezes stages 0..k
+            out_indices = (3,) if out_indices is None else out_indices
+            frozen_stages = frozen_stages + 1 if frozen_stages >= 0 else frozen_stages
+        out_indices = (0, 1, 2, 3) if out_indices is None else out_indices
+        # mmpretrain's pad_small_map=False refuses maps smaller than the window
+        self.refuse_small_maps = args['_dialect'] == 'mmpretrain'
+        self.arch_settings = settings
         embed_dims, depths, num_heads = (settings['embed_dims'], tuple(settings['depths']),
                                          tuple(settings['num_heads']))
         if len(depths) != len(num_heads):
-            raise ValueError(f'SwinTransformer: depths {depths} and num_heads {num_heads} must '
-                             f'have one entry per stage')
+            raise ConfigError(f'SwinTransformer: depths {depths} and num_heads {num_heads} must '
+                              f'have one entry per stage')
         if not isinstance(window_size, int) or window_size <= 0:
-            raise ValueError(f'SwinTransformer: window_size must be a positive int, got {window_size!r}')
+            raise ConfigError(f'SwinTransformer: window_size must be a positive int, got '
+                              f'{window_size!r}')
         if not isinstance(in_channels, int) or in_channels <= 0:
-            raise ValueError(f'SwinTransformer: in_channels must be a positive int, got {in_channels!r}')
+            raise ConfigError(f'SwinTransformer: in_channels must be a positive int, got '
+                              f'{in_channels!r}')
         num_stages = len(depths)
         dims = [embed_dims * 2 ** i for i in range(num_stages)]
         self._set_contract(out_indices, dims, [patch_size * 2 ** i for i in range(num_stages)],
                            frozen_stages, num_stages, norm_eval, with_cp)
         self.in_channels = in_channels
         self.min_input_size = patch_size
-        self.pretrain_img_size = to_2tuple(pretrain_img_size)
+        self.pretrain_img_size = to_pair('pretrain_img_size', 'SwinTransformer', pretrain_img_size)
         self.window_size = window_size
         norm_layer = nn.LayerNorm
 
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm_layer=norm_layer)
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size,
+                                      norm_layer=norm_layer if patch_norm else None)
         self.abs_pos_grid = tuple(s // patch_size for s in self.pretrain_img_size)
         self.absolute_pos_embed = nn.Parameter(
             torch.zeros(1, self.abs_pos_grid[0] * self.abs_pos_grid[1], embed_dims)
@@ -156,6 +181,24 @@ class SwinTransformer(BaseBackbone):
         if self.absolute_pos_embed is not None:
             nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
         self._freeze_stages()
+
+    @property
+    def stages(self) -> nn.ModuleList:
+        """mmpretrain's name for :attr:`layers`."""
+        return self.layers
+
+    def check_input(self, x: torch.Tensor) -> None:
+        super().check_input(x)
+        if not self.refuse_small_maps:
+            return
+        for stride in self.level_strides[:len(self.layers)]:
+            hw = tuple(math.ceil(s / stride) for s in x.shape[2:])
+            if min(hw) < self.window_size:
+                raise ConfigError(f'SwinTransformer: the input shape {hw} at stride {stride} is '
+                                  f'smaller than the window size ({self.window_size}), which '
+                                  f'mmpretrain\'s names (img_size ...) refuse; decrease '
+                                  f'window_size, or use our pretrain_img_size to shrink the '
+                                  f'window to the map as the official Swin does')
 
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         last = self.out_indices[-1]
