@@ -195,3 +195,27 @@ def test_features_equal_given_our_weights_in_the_peer(name):
     for a, b in zip(feats, peer_feats):
         assert a.shape == b.shape
         assert (a - b).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize('name', ['mmdet-swin', 'mmseg-swin', 'mmpretrain-swin'])
+def test_swin_maps_shorter_than_the_window_as_the_peer(name):
+    """On maps shorter than the window (stages 3-4 of a 96 x 128 input) mmdet / mmseg pad the
+    map and keep the shift, as mmpretrain with pad_small_map=True; under their names ours does
+    the same (<= 1e-4), while our own names keep the official shrink-to-the-map."""
+    peer, cfg = SMALL[name]
+    cfg = dict(cfg, pad_small_map=True) if peer == 'mmpretrain' else cfg
+    registry = _peer_registry(peer)
+    peer_model = registry.build(copy.deepcopy(cfg))
+    peer_model.eval()  # the peers' train() returns None
+    ours = registry.build(dict(copy.deepcopy(cfg), type=OURS[cfg['type']])).eval()
+    assert ours.pad_small_map
+    peer_model.load_state_dict(_to_peer_layout('swin', ours), strict=False)
+    x = torch.randn(1, 3, 96, 128)
+    with torch.no_grad():
+        for a, b in zip(ours(x), peer_model(x)):
+            assert a.shape == b.shape
+            assert (a - b).abs().max().item() <= 1e-4
+    from mmvit_ext.backbones import SwinTransformer
+    native = SwinTransformer(arch=dict(embed_dims=32, depths=(2, 2, 2, 2),
+                                       num_heads=(1, 2, 4, 8)), drop_path_rate=0.0)
+    assert not native.pad_small_map

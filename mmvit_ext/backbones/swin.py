@@ -26,12 +26,13 @@ class SwinBlock(nn.Module):
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: Optional[float] = None,
                  drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
-                 act_layer: Callable[[], nn.Module] = nn.GELU, fused_attn: bool = True) -> None:
+                 act_layer: Callable[[], nn.Module] = nn.GELU, fused_attn: bool = True,
+                 pad_small_map: bool = False) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, num_heads, window_size, shift=shift, rel_pos=True,
                                     qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop,
-                                    proj_drop=drop, fused=fused_attn)
+                                    proj_drop=drop, fused=fused_attn, pad_small_map=pad_small_map)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
@@ -91,6 +92,11 @@ class SwinTransformer(BaseBackbone):
             (``F.scaled_dot_product_attention``); ``False`` materialises maps for analysis
             hooks.
         patch_norm: LayerNorm after the patch embedding.
+        pad_small_map: on a map shorter than the window, ``False`` shrinks the window to the map
+            and drops the shift (official Swin), ``True`` zero-pads the map to the window and
+            keeps the shift (mmdet / mmseg Swin, mmpretrain ``pad_small_map=True``). ``None``:
+            ``True`` under mmdet / mmseg names (``embed_dims``, ``depths``, ``strides`` ...),
+            else ``False``.
         out_indices: stages whose maps are returned; stages after the last one are not built.
             ``None``: all four, or ``(3,)`` with mmpretrain's names (its default).
         frozen_stages: -1 nothing; k the patch embedding and stages 0..k-1 (mmdet / mmseg).
@@ -122,18 +128,26 @@ class SwinTransformer(BaseBackbone):
                  use_abs_pos_embed: bool = False, patch_norm: bool = True,
                  out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
                  norm_eval: bool = False, with_cp: bool = False, fused_attn: bool = True,
+                 pad_small_map: Optional[bool] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **peer_args: Any) -> None:
         args, settings = translate('SwinTransformer', self.family, dict(
             arch=arch, pretrain_img_size=pretrain_img_size, window_size=window_size,
-            patch_size=patch_size, init_cfg=init_cfg), peer_args, 'tiny', self.resolve_arch)
+            patch_size=patch_size, init_cfg=init_cfg, pad_small_map=pad_small_map), peer_args,
+            'tiny', self.resolve_arch)
         super().__init__(init_cfg=args['init_cfg'])
         pretrain_img_size, window_size = args['pretrain_img_size'], args['window_size']
         if args['_dialect'] == 'mmpretrain':  # its frozen_stages=k freezes stages 0..k
             out_indices = (3,) if out_indices is None else out_indices
             frozen_stages = frozen_stages + 1 if frozen_stages >= 0 else frozen_stages
         out_indices = (0, 1, 2, 3) if out_indices is None else out_indices
-        # mmpretrain's pad_small_map=False refuses maps smaller than the window
-        self.refuse_small_maps = args['_dialect'] == 'mmpretrain'
+        # maps shorter than the window: the official Swin shrinks the window (and drops the shift),
+        # mmdet / mmseg pad the map to the window (our default under their names), mmpretrain's
+        # pad_small_map=False refuses them
+        pad_small_map = args['pad_small_map']
+        if pad_small_map is None:
+            pad_small_map = args['_dialect'] == 'mmdet'
+        self.pad_small_map = bool(pad_small_map)
+        self.refuse_small_maps = args['_dialect'] == 'mmpretrain' and not self.pad_small_map
         self.arch_settings = settings
         embed_dims, depths, num_heads = (settings['embed_dims'], tuple(settings['depths']),
                                          tuple(settings['num_heads']))
@@ -167,7 +181,8 @@ class SwinTransformer(BaseBackbone):
         rates = linear_drop_path_rates(drop_path_rate, sum(depths))
         block_cfg = dict(window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                          qk_scale=qk_scale, drop=drop_rate, attn_drop=attn_drop_rate,
-                         norm_layer=norm_layer, fused_attn=fused_attn)
+                         norm_layer=norm_layer, fused_attn=fused_attn,
+                         pad_small_map=self.pad_small_map)
         last = self.out_indices[-1]  # later stages would get no gradient: not built
         self.layers = nn.ModuleList()
         for i in range(last + 1):

@@ -110,14 +110,18 @@ class WindowAttention(Attention):
         window_size: window side in tokens, or ``None`` for global attention.
         shift: shift the windows by half a window (SW-MSA), masking wrapped-around regions.
         rel_pos: a learned relative-position bias table per head (``rel_pos``).
+        pad_small_map: keep the window (and shift) on maps shorter than it, zero-padding them
+            (mmdet / mmseg Swin, mmpretrain ``pad_small_map=True``) instead of shrinking it.
     """
 
     def __init__(self, dim: int, num_heads: int, window_size: Optional[int] = 7,
                  shift: bool = False, rel_pos: bool = False, qkv_bias: bool = True,
                  qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
-                 map_transforms: Sequence[MapTransform] = (), fused: bool = True) -> None:
+                 map_transforms: Sequence[MapTransform] = (), fused: bool = True,
+                 pad_small_map: bool = False) -> None:
         super().__init__(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop,
                          map_transforms, fused)
+        self.pad_small_map = pad_small_map
         if window_size is None and (shift or rel_pos):
             raise ValueError('WindowAttention: shift and rel_pos need a window_size')
         self.window_size = to_2tuple(window_size) if window_size is not None else None
@@ -133,7 +137,8 @@ class WindowAttention(Attention):
         if self.window_size is None:
             return super().forward(x)
         b, n, c = x.shape
-        window, shift = fit_window(hw, self.window_size, self.shift_size)
+        window, shift = ((self.window_size, self.shift_size) if self.pad_small_map
+                         else fit_window(hw, self.window_size, self.shift_size))
         windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
         if any(shift):
