@@ -58,10 +58,8 @@ def _shipped_configs() -> List[Tuple[str, str, dict]]:
 CONFIGS = _shipped_configs()
 ROWS: Dict[str, Tuple[str, str, str]] = {}
 # configs asking for what we do not implement: one ConfigError naming the argument
-UNSUPPORTED = {
-    'mmpretrain:simmim/benchmarks/swin-large-w14_8xb256-coslr-100e_in1k.py':
-        r'pad_small_map=True is not supported; we support False',
-}
+# shipped configs we refuse, with the error they get (none since pad_small_map is honoured)
+UNSUPPORTED: Dict[str, str] = {}
 
 
 _LINSPACE = torch.linspace

@@ -31,7 +31,7 @@ def test_swin_mmdet_dims_select_the_arch():
     (dict(strides=(4, 2, 2, 1)), r'strides=\(4, 2, 2, 1\) is not supported; we support \(4, 2, 2, 2\)'),
     (dict(strides=(2, 2, 2, 2), patch_size=4), r'strides=\(2, 2, 2, 2\)'),
     (dict(pretrain_img_size=(224, 224, 224)), r'pretrain_img_size=\(224, 224, 224\)'),
-    (dict(pad_small_map=True), r'pad_small_map=True is not supported; we support False'),
+    (dict(pad_small_map='yes'), r"pad_small_map='yes' is not supported; we support True or False"),
     (dict(out_after_downsample=True), 'out_after_downsample=True'),
     (dict(stage_cfgs=dict(block_cfgs=dict(norm_cfg=dict(type='BN')))), 'stage_cfgs='),
     (dict(interpolate_mode='bilinear'), "interpolate_mode='bilinear'"),

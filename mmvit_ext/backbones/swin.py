@@ -144,6 +144,9 @@ class SwinTransformer(BaseBackbone):
         # mmdet / mmseg pad the map to the window (our default under their names), mmpretrain's
         # pad_small_map=False refuses them
         pad_small_map = args['pad_small_map']
+        if pad_small_map is not None and not isinstance(pad_small_map, bool):
+            raise ConfigError(f'SwinTransformer: pad_small_map={pad_small_map!r} is not '
+                              f'supported; we support True or False')
         if pad_small_map is None:
             pad_small_map = args['_dialect'] == 'mmdet'
         self.pad_small_map = bool(pad_small_map)

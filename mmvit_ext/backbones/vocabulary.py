@@ -115,7 +115,7 @@ LN_EPS = dict(eps=1e-5)  # nn.LayerNorm's default, as the peers build LN
 VOCABULARIES: Dict[str, Vocabulary] = {
     # mmdet / mmseg SwinTransformer, mmpretrain SwinTransformer
     'swin': Vocabulary(
-        renames={'img_size': 'pretrain_img_size', 'pad_small_map': 'pad_small_map'},
+        renames={'img_size': 'pretrain_img_size'},
         arch_args={'embed_dims': 'embed_dims', 'depths': 'depths', 'num_heads': 'num_heads'},
         checks={
             'strides': _seq_equals(_swin_strides, 'patch embedding stride = patch_size, then '
@@ -124,14 +124,13 @@ VOCABULARIES: Dict[str, Vocabulary] = {
             'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-5),
             'convert_weights': _is_bool,
             'interpolate_mode': _equals('bicubic', "'bicubic'"),
-            'pad_small_map': lambda v, a: None if isinstance(v, bool) else 'True or False',
             'out_after_downsample': _equals(False, 'False (maps are taken before merging)'),
             'stage_cfgs': _swin_stage_cfgs,
             'patch_cfg': _swin_patch_cfg,
         },
         # mmpretrain first: its names win where a config mixes them
-        dialects={'mmpretrain': frozenset({'img_size', 'stage_cfgs', 'patch_cfg', 'pad_small_map',
-                                           'out_after_downsample', 'interpolate_mode'}),
+        dialects={'mmpretrain': frozenset({'img_size', 'stage_cfgs', 'patch_cfg', 'out_after_downsample',
+                                           'interpolate_mode'}),
                   'mmdet': frozenset({'embed_dims', 'depths', 'num_heads', 'strides',
                                       'convert_weights', 'act_cfg', 'pretrained'})}),
     # mmdet PyramidVisionTransformerV2 (its PVT v1 options only with their v2 values)
