@@ -131,7 +131,7 @@ def test_convert_checkpoint_tool(tmp_path):
     bad = tmp_path / 'resnet.pth'
     torch.save({'state_dict': {'conv1.weight': torch.zeros(2), 'fc.bias': torch.zeros(2)}}, bad)
     refused = _run('tools/convert_checkpoint.py', bad, tmp_path / 'x.pth')
-    assert refused.returncode != 0 and 'no known official layout' in refused.stderr
+    assert refused.returncode != 0 and 'no known layout' in refused.stderr
     assert "'conv1.weight'" in refused.stderr and not (tmp_path / 'x.pth').exists()
 
 

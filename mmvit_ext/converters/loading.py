@@ -128,7 +128,8 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
     init_only = INIT_ONLY.get(getattr(model, 'family', None))
     report.expected_missing = [k for k in report.missing if k.endswith('num_batches_tracked')
                                or (init_only is not None and init_only.search(k))]
-    unplanned = [k for k in report.missing if k not in report.expected_missing]
+    planned = set(report.expected_missing)
+    unplanned = [k for k in own if k not in state_dict and k not in planned]  # model order
     if mismatched or unplanned:
         matched = len(set(state_dict) & set(own))
         if mismatched:
