@@ -269,3 +269,26 @@ def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
     from mmvit_ext.registry import MODELS
     cfg = dict(cfg, init_cfg=init_cfg)
     return MODELS.build(cfg)
+
+
+def official_round_trip_cases() -> Dict[str, Case]:
+    """DeepViT / Refined-ViT: no implementation of the official layout in the venv (timm has
+    neither), so our model with random weights is exported to it and must come back exactly."""
+    from mmvit_ext.converters import export_official_deepvit, export_official_refiner
+    cases = {}
+    for family, kind, arch, export in (
+            ('deepvit', 'DeepViT', dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2,
+                                        conv_stem=(8, 8)), export_official_deepvit),
+            ('refiner', 'RefinedViT', dict(embed_dims=32, depth=4, num_heads=2,
+                                           conv_stem=(8, 8, 16)), export_official_refiner)):
+        cfg = dict(type=kind, arch=arch, img_size=64, out_type='cls_token', drop_path_rate=0.0)
+        source = randomise(build_ours(cfg), seed=7)
+        with torch.no_grad():  # BatchNorm statistics away from (0, 1)
+            for name, buf in source.named_buffers():
+                if name.endswith('running_var'):
+                    buf.uniform_(0.5, 1.5)
+                elif name.endswith('running_mean'):
+                    buf.normal_(0, 0.1)
+        cases[family] = Case(family, 'official', {'state_dict': export(source.state_dict())},
+                             source, cfg, 64)
+    return cases

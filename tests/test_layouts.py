@@ -25,7 +25,9 @@ def cases():
     torch.manual_seed(0)
     return {**{('swin', k): v for k, v in peers.swin_cases().items()},
             **{('pvtv2', k): v for k, v in peers.pvt_cases().items()},
-            **{('cait', k): v for k, v in peers.cait_cases().items()}}
+            **{('cait', k): v for k, v in peers.cait_cases().items()},
+            **{(k, 'official (round trip, no peer in the venv)'): v
+               for k, v in peers.official_round_trip_cases().items()}}
 
 
 def _max_diff(ours, reference, x):
