@@ -292,3 +292,37 @@ def official_round_trip_cases() -> Dict[str, Case]:
         cases[family] = Case(family, 'official', {'state_dict': export(source.state_dict())},
                              source, cfg, 64)
     return cases
+
+
+def upernet_cfg(backbone: dict) -> dict:
+    """A small UperNet around ``backbone`` (decode head on 32/64/128/256 channels)."""
+    from mmengine.config import Config
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    cfg = Config.fromfile(str(root / 'configs/upernet_swin_t_512x512_160k_ade20k.py')).model
+    cfg.backbone = backbone
+    cfg.decode_head.update(in_channels=[32, 64, 128, 256], channels=32, num_classes=5)
+    cfg.auxiliary_head.update(in_channels=128, channels=16, num_classes=5)
+    cfg.data_preprocessor.size = (SWIN_IMG, SWIN_IMG)
+    return cfg
+
+
+def build_segmentor(cfg: dict) -> nn.Module:
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    import mmseg.models  # noqa: F401
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        return MODELS.build(cfg)
+
+
+def mmseg_swin_upernet(seed: int = 0) -> nn.Module:
+    backbone = dict(type='mmseg.SwinTransformer', embed_dims=SWIN['embed_dims'],
+                    depths=SWIN['depths'], num_heads=SWIN['num_heads'], window_size=SWIN_WINDOW,
+                    drop_path_rate=0.0, out_indices=(0, 1, 2, 3), init_cfg=None)
+    return randomise(build_segmentor(upernet_cfg(backbone)), seed=seed)
+
+
+def our_swin_upernet() -> nn.Module:
+    backbone = _swin_ours()
+    backbone['type'] = 'mmvit_ext.SwinTransformer'
+    return build_segmentor(upernet_cfg(backbone)).eval()

@@ -127,3 +127,15 @@ def test_whole_mmdet_detector_checkpoint_into_our_detector(tmp_path):
         peers.our_swin_detector().load_state_dict(state)
     with pytest.raises(CheckpointError, match='leaves 13 of'):
         load_checkpoint(peers.our_swin_detector(), str(path), map_location='cpu', strict=False)
+
+
+def test_whole_mmseg_upernet_checkpoint_into_our_segmentor(tmp_path):
+    mmseg = peers.mmseg_swin_upernet(seed=6)
+    ours = peers.our_swin_upernet()
+    ours.load_state_dict(mmseg.state_dict())
+    assert 'OpenMMLab Swin' in ours.backbone.load_report.layout
+    x = torch.randn(1, 3, peers.SWIN_IMG, peers.SWIN_IMG)
+    with torch.no_grad():
+        want = mmseg.decode_head(mmseg.backbone(x))
+        got = ours.decode_head(ours.backbone(x))
+    assert (got - want).abs().max().item() <= TOL

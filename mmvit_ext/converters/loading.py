@@ -94,6 +94,31 @@ def _first(keys: List[str]) -> str:
     return ', '.join(keys[:_SHOWN]) + more
 
 
+def _drop_by_design(model: nn.Module, state_dict: StateDict, own: StateDict,
+                    report: LoadReport) -> StateDict:
+    """Remove keys of parts this instance does not build and of non-persistent buffers."""
+    non_persistent = {key for key, _ in model.named_buffers()} - set(own)
+    unused = getattr(model, 'unused_checkpoint_keys', None)
+    unused = set(unused(list(state_dict))) if unused is not None else set()
+    report.dropped = sorted(k for k in state_dict if k in non_persistent or k in unused)
+    return {k: v for k, v in state_dict.items() if k not in non_persistent and k not in unused}
+
+
+def _fit_problem(source: str, name: str, layout: str, own: StateDict, state_dict: StateDict,
+                 mismatched: List[str], unplanned: List[str]) -> str:
+    """One message with the counts and the first keys of what does not fit."""
+    if mismatched:
+        message = (f'{source} does not fit {name} ({len(mismatched)} shape mismatches; wrong '
+                   f'arch?): ' + '; '.join(mismatched[:10]))
+        if unplanned:
+            message += f'; and {len(unplanned)} tensors are not in it: {_first(unplanned)}'
+    else:
+        message = (f'{source} leaves {len(unplanned)} of {len(own)} {name} tensors unloaded '
+                   f'(another depth, width or layout?): {_first(unplanned)}')
+    return message + (f' [layout: {layout}; {len(set(state_dict) & set(own))} tensors matched, '
+                      f'{len(set(state_dict) - set(own))} unexpected]')
+
+
 def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional[str] = None,
                        strict: Optional[bool] = None) -> Tuple[StateDict, LoadReport]:
     """Convert, adapt and check ``state_dict`` (keys relative to ``model``) for loading.
@@ -111,37 +136,23 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
     adapt = getattr(model, 'adapt_state_dict', None)
     if adapt is not None:
         state_dict, report.resized = adapt(state_dict)
-
     own = model.state_dict()
-    non_persistent = {key for key, _ in model.named_buffers()} - set(own)
-    unused = getattr(model, 'unused_checkpoint_keys', None)
-    unused = set(unused(list(state_dict))) if unused is not None else set()
-    report.dropped = sorted(k for k in state_dict if k in non_persistent or k in unused)
-    state_dict = {k: v for k, v in state_dict.items() if k not in non_persistent and k not in unused}
+    state_dict = _drop_by_design(model, state_dict, own, report)
     if not set(state_dict) & set(own):
         raise CheckpointError(
             f'{source} shares no key with {name} (layout not recognised); it has keys like '
             f'{sorted(state_dict)[:5]}, the model expects keys like {sorted(own)[:5]}')
-    mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
-                  for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
+    mismatched_keys = [k for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
     report.missing = sorted(set(own) - set(state_dict))
     init_only = INIT_ONLY.get(getattr(model, 'family', None))
     report.expected_missing = [k for k in report.missing if k.endswith('num_batches_tracked')
                                or (init_only is not None and init_only.search(k))]
     planned = set(report.expected_missing)
     unplanned = [k for k in own if k not in state_dict and k not in planned]  # model order
-    if mismatched or unplanned:
-        matched = len(set(state_dict) & set(own))
-        if mismatched:
-            message = (f'{source} does not fit {name} ({len(mismatched)} shape mismatches; wrong '
-                       f'arch?): ' + '; '.join(mismatched[:10]))
-            if unplanned:
-                message += f'; and {len(unplanned)} tensors are not in it: {_first(unplanned)}'
-        else:
-            message = (f'{source} leaves {len(unplanned)} of {len(own)} {name} tensors unloaded '
-                       f'(another depth, width or layout?): {_first(unplanned)}')
-        message += (f' [layout: {layout}; {matched} tensors matched, '
-                    f'{len(set(state_dict) - set(own))} unexpected]')
+    if mismatched_keys or unplanned:
+        mismatched = [f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model '
+                      f'{tuple(own[k].shape)}' for k in mismatched_keys]
+        message = _fit_problem(source, name, layout, own, state_dict, mismatched, unplanned)
         if strict:
             raise CheckpointError(message + '. To load it anyway, pass strict=False in the '
                                   "init_cfg (type='Pretrained') or load inside "
@@ -152,10 +163,9 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
     if report.unexpected:
         print_log(f'{source}: {len(report.unexpected)} keys unexpected by {name}, ignored: '
                   f'{_first(report.unexpected)}', logger='current', level=logging.WARNING)
-    mismatched_keys = {k for k, v in state_dict.items() if k in own and v.shape != own[k].shape}
     loadable = {k: v for k, v in state_dict.items() if k in own and k not in mismatched_keys}
     report.loaded = sorted(loadable)
-    for key in report.missing + sorted(mismatched_keys):
+    for key in report.missing + mismatched_keys:
         loadable[key] = own[key]  # keep the initialisation; strict load_state_dict passes
     return loadable, report
 
