@@ -166,3 +166,34 @@ def test_convert_tool_names_the_layout_and_checks_the_output_loads(tmp_path):
     assert 'load-checked' in result.stdout and 'SwinTransformer' in result.stdout
     result = _tool(tmp_path / 'ours.safetensors', tmp_path / 'again.pth')
     assert 'detected layout: mmvit_ext Swin (already ours' in result.stdout, result.stderr[-2000:]
+
+
+def test_classifier_weights_into_dense_models_keep_the_pyramid_initialised():
+    from timm.models.cait import Cait
+    from mmvit_ext.backbones import CaiT
+    timm_cait = Cait(img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=2,
+                     depth_token_only=2, num_classes=10)
+    dense = CaiT(dict(embed_dims=32, depth=2, num_heads=2), img_size=64)  # pyramid, windows
+    dense.load_state_dict(timm_cait.state_dict())  # strict=True
+    report = dense.load_report
+    assert report.expected_missing and all(k.startswith('pyramid.') for k in report.expected_missing)
+    assert report.missing == report.expected_missing and not report.unexpected
+    assert 'cls_token' in report.dropped and any(k.startswith('cls_blocks.') for k in report.dropped)
+
+
+def test_hf_classification_wrappers_convert_like_the_bare_models():
+    import transformers
+    from mmvit_ext.converters import convert_hf_pvtv2, convert_hf_swin
+    for config, bare, wrapped, convert in (
+            (transformers.SwinConfig(image_size=32, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+                                     window_size=2, num_labels=3),
+             transformers.SwinModel, transformers.SwinForImageClassification, convert_hf_swin),
+            (transformers.PvtV2Config(hidden_sizes=[8, 16], depths=[1, 1],
+                                      num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                                      sr_ratios=[2, 1], num_encoder_blocks=2, num_labels=3),
+             transformers.PvtV2Model, transformers.PvtV2ForImageClassification, convert_hf_pvtv2)):
+        ours_from_bare = convert(bare(config).state_dict())
+        ours_from_wrapped = convert(wrapped(config).state_dict())
+        assert set(ours_from_wrapped) == set(ours_from_bare), bare.__name__
+        assert not any(k.startswith(('classifier', 'swin.', 'pvt_v2.', 'embeddings.', 'encoder.'))
+                       for k in ours_from_wrapped)
