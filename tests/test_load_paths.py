@@ -110,6 +110,12 @@ def test_url_offline_one_message_from_loader_and_precheck(offline_hub, tmp_path)
     assert model.load_report.layout.startswith('official Swin')
 
 
+def test_other_schemes_are_named_not_mangled():
+    with pytest.raises(CheckpointError, match=r'open-mmlab://swin_t: only local files and '
+                                              r'http\(s\):// URLs'):
+        read_checkpoint('open-mmlab://swin_t')
+
+
 def test_url_is_downloaded_into_the_hub_cache(offline_hub, monkeypatch, tmp_path):
     served = tmp_path / 'served.pth'
     torch.save({'model': official_swin_state_dict(16, (1, 1, 1, 1), (1, 2, 2, 4))}, served)

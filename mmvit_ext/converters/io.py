@@ -38,6 +38,10 @@ def resolve_checkpoint(path: PathLike, download: bool = True) -> Path:
     Raises :class:`CheckpointError` naming the URL, the file and where to put it when the file
     is not cached and cannot be downloaded (no network)."""
     if not is_url(path):
+        if isinstance(path, str) and '://' in path:
+            raise CheckpointError(f'checkpoint {path}: only local files and http(s):// URLs are '
+                                  f'read by mmvit_ext backbones (scheme {path.split("://")[0]}:// '
+                                  f'is not); download the file and pass its path')
         return Path(path)
     cached = hub_cache_path(path)
     if cached.is_file():

@@ -29,7 +29,7 @@ def missing_pretrained(cfg: Config, download: bool = True) -> List[str]:
     for path, node in _walk(cfg.get('model', {}), 'model'):
         if isinstance(node, dict) and node.get('type') == 'Pretrained':
             ckpt = str(node.get('checkpoint', ''))
-            if is_url(ckpt):
+            if is_url(ckpt) or '://' in ckpt:
                 try:
                     resolve_checkpoint(ckpt, download=download)
                 except CheckpointError as err:
