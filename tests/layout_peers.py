@@ -193,8 +193,8 @@ def timm_pvt_to_official(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tens
     out = {}
     for key, value in state.items():
         key = re.sub(r'^patch_embed\.', 'patch_embed1.', key)
-        key = re.sub(r'^stages\.(\d+)\.downsample\.', lambda m: f'patch_embed{int(m.group(1)) + 1}.',
-                     key)
+        key = re.sub(r'^stages\.(\d+)\.downsample\.',
+                     lambda m: f'patch_embed{int(m.group(1)) + 1}.', key)
         key = re.sub(r'^stages\.(\d+)\.blocks\.', lambda m: f'block{int(m.group(1)) + 1}.', key)
         key = re.sub(r'^stages\.(\d+)\.norm\.', lambda m: f'norm{int(m.group(1)) + 1}.', key)
         out[key.replace('.mlp.dwconv.', '.mlp.dwconv.dwconv.')] = value
@@ -239,9 +239,9 @@ def pvt_cases() -> Dict[str, Case]:
                                sr_ratios=PVT['sr_ratios'], drop_path_rate=0.0), seed=3)
     mm_norms = r'^layers\.\d+\.0\.norm$|attn\.norm$'
     set_eps(mmdet, mm_norms, 1e-5)
-    cases['mmdet'] = Case('pvtv2', 'mmdet PVTv2',
-                          {'state_dict': {'backbone.' + k: v for k, v in mmdet.state_dict().items()},
-                           'meta': {}}, mmdet, _pvt_ours(), PVT_IMG)
+    as_detector = {'backbone.' + k: v for k, v in mmdet.state_dict().items()}
+    cases['mmdet'] = Case('pvtv2', 'mmdet PVTv2', {'state_dict': as_detector, 'meta': {}}, mmdet,
+                          _pvt_ours(), PVT_IMG)
     from mmseg.models.backbones import MixVisionTransformer
     mit = randomise(MixVisionTransformer(embed_dims=16, num_layers=list(PVT['depths']),
                                          num_heads=list(PVT['num_heads']), mlp_ratio=4,

@@ -103,7 +103,7 @@ def test_url_offline_one_message_from_loader_and_precheck(offline_hub, tmp_path)
     cfg = Config(dict(model=dict(backbone=dict(type='mmvit_ext.SwinTransformer', arch=tiny,
                                                init_cfg=dict(type='Pretrained', checkpoint=URL)))))
     assert missing_pretrained(cfg) == [f'model.backbone.init_cfg.checkpoint: {message}']
-    offline_hub.parent.mkdir(parents=True, exist_ok=True)  # the user puts the file where the message says
+    offline_hub.parent.mkdir(parents=True, exist_ok=True)  # the user puts the file there
     torch.save({'model': official_swin_state_dict(16, (1, 1, 1, 1), (1, 2, 2, 4))}, offline_hub)
     assert missing_pretrained(cfg) == []
     model.init_weights()
@@ -156,8 +156,8 @@ def test_timm_training_checkpoint_loads_and_crafted_ones_stay_refused(tmp_path):
 
 
 def _tool(*args):
-    return subprocess.run([sys.executable, str(ROOT / 'tools/convert_checkpoint.py'), *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT)
+    command = [sys.executable, str(ROOT / 'tools/convert_checkpoint.py'), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
 
 
 def test_convert_tool_names_the_layout_and_checks_the_output_loads(tmp_path):
@@ -182,9 +182,11 @@ def test_classifier_weights_into_dense_models_keep_the_pyramid_initialised():
     dense = CaiT(dict(embed_dims=32, depth=2, num_heads=2), img_size=64)  # pyramid, windows
     dense.load_state_dict(timm_cait.state_dict())  # strict=True
     report = dense.load_report
-    assert report.expected_missing and all(k.startswith('pyramid.') for k in report.expected_missing)
+    assert report.expected_missing
+    assert all(k.startswith('pyramid.') for k in report.expected_missing)
     assert report.missing == report.expected_missing and not report.unexpected
-    assert 'cls_token' in report.dropped and any(k.startswith('cls_blocks.') for k in report.dropped)
+    assert 'cls_token' in report.dropped
+    assert any(k.startswith('cls_blocks.') for k in report.dropped)
 
 
 def test_hf_classification_wrappers_convert_like_the_bare_models():

@@ -105,7 +105,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('src', help='checkpoint file or http(s) URL')
     parser.add_argument('dst', help='output file: .pth or .safetensors')
-    parser.add_argument('--family', choices=sorted(FAMILIES), help="only accept this family's layouts")
+    parser.add_argument('--family', choices=sorted(FAMILIES),
+                        help="only accept this family's layouts")
     parser.add_argument('--arch', help='our arch preset to load-check the output with (default: '
                                        'read off the weights for Swin / PVTv2)')
     args = parser.parse_args()

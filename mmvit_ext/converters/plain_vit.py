@@ -106,12 +106,13 @@ def export_official_refiner(state_dict: StateDict) -> StateDict:
 
 register_layout('mmvit_ext CaiT', 'cait', r'^blocks\.\d+\.attn\.map_transforms\.0\.proj\.weight$',
                 ours=True)
-register_layout('mmvit_ext DeepViT', 'deepvit', r'^blocks\.\d+\.attn\.map_transforms\.0\.mix\.weight$',
-                ours=True)
+register_layout('mmvit_ext DeepViT', 'deepvit',
+                r'^blocks\.\d+\.attn\.map_transforms\.0\.mix\.weight$', ours=True)
 register_layout('mmvit_ext Refined-ViT', 'refiner', r'^blocks\.\d+\.attn\.refine\.', ours=True)
 # timm's CaiT keeps the official names (timm.models.cait): one layout
 register_layout('official CaiT (facebookresearch/deit; timm.models.cait, same keys)', 'cait',
-                r'^(blocks\.\d+\.attn\.proj_l\.weight|blocks_token_only\.0\.)', convert_official_cait)
+                r'^(blocks\.\d+\.attn\.proj_l\.weight|blocks_token_only\.0\.)',
+                convert_official_cait)
 register_layout('official DeepViT (zhoudaquan/dvit_repo)', 'deepvit',
                 r'^blocks\.\d+\.attn\.reatten_matrix\.weight$', convert_official_deepvit)
 register_layout('official Refined-ViT (zhoudaquan/Refiner_ViT)', 'refiner',

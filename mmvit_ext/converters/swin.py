@@ -90,8 +90,8 @@ _OPENMMLAB = (
 
 
 def convert_openmmlab_swin(state_dict: StateDict) -> StateDict:
-    """mmdet / mmseg / mmpretrain keys -> ours: ``stages`` -> ``layers``, ``attn.w_msa`` -> ``attn``,
-    ``ffn.layers.0.0 / 1`` -> ``mlp.fc1 / fc2``, ``patch_embed.projection`` -> ``.proj``; patch
+    """mmdet / mmseg / mmpretrain keys -> ours: ``stages`` -> ``layers``, ``attn.w_msa`` ->
+    ``attn``, ``ffn.layers.0.0 / 1`` -> ``mlp.fc1 / fc2``, ``patch_embed.projection`` -> ``.proj``; patch
     merging weights reordered from ``nn.Unfold`` order; ``norm{i}`` kept. Others unchanged."""
     if not has_key(state_dict, r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.' + _TABLE):
         return dict(state_dict)

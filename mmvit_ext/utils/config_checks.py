@@ -24,12 +24,12 @@ def missing_pretrained(cfg: Config, download: bool = True) -> List[str]:
     """``init_cfg=dict(type='Pretrained', checkpoint=...)`` entries whose file is absent. A URL
     is looked up in the torch hub cache and downloaded there when absent, as the loader does; one
     that cannot be fetched gives the loader's message."""
-    from ..converters.io import CheckpointError, is_url, resolve_checkpoint
+    from ..converters.io import CheckpointError, resolve_checkpoint
     problems = []
     for path, node in _walk(cfg.get('model', {}), 'model'):
         if isinstance(node, dict) and node.get('type') == 'Pretrained':
             ckpt = str(node.get('checkpoint', ''))
-            if is_url(ckpt) or '://' in ckpt:
+            if '://' in ckpt:  # URLs (and schemes we do not read)
                 try:
                     resolve_checkpoint(ckpt, download=download)
                 except CheckpointError as err:
