@@ -73,6 +73,16 @@ def test_converters_are_idempotent_and_ours_is_a_no_op(cases):
         assert converter(once).keys() == once.keys(), name  # our dict passes through unchanged
 
 
+def test_each_converter_leaves_other_layouts_unchanged(cases):
+    from mmvit_ext.converters import LAYOUTS
+    for (family, name), case in cases.items():
+        raw = unwrap_state_dict(case.checkpoint)
+        own = detect_layout(raw, family)
+        for layout in (lay for lay in LAYOUTS if lay.family == family and lay is not own):
+            assert not layout.matches(raw), (name, layout.name)  # detection is unambiguous
+            assert layout.convert(raw).keys() == raw.keys(), (name, layout.name)
+
+
 def test_timm_and_official_layouts_agree_with_timms_converter(cases):
     """Our official dicts are timm's run backwards: timm's own converter takes them forwards."""
     from timm.models.pvt_v2 import checkpoint_filter_fn as pvt_filter
