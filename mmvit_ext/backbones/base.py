@@ -215,10 +215,10 @@ class BaseBackbone(BaseModule):
         keys = [k for k in state_dict if k.startswith(prefix)]
         if not keys:
             return
-        own = {k[len(prefix):]: state_dict.pop(k) for k in keys}
+        given = {k[len(prefix):]: state_dict.pop(k) for k in keys}
         if not prefix:  # loaded straight into the backbone: a whole detector's backbone.* keys
-            own = unwrap_state_dict(own, source=current_source())
-        converted, self.load_report = prepare_state_dict(self, own)
+            given = unwrap_state_dict(given, source=current_source())
+        converted, self.load_report = prepare_state_dict(self, given)
         state_dict.update((prefix + k, v) for k, v in converted.items())
         print_log(f'{type(self).__name__} ({prefix or "model"}): {current_source()}\n'
                   f'{self.load_report.summary()}', logger='current')
