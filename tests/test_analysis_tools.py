@@ -123,6 +123,7 @@ def test_convert_checkpoint_tool(tmp_path):
     result = _run('tools/convert_checkpoint.py', src, dst)
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'official CaiT' in result.stdout and 'dropped (classifier heads' in result.stdout
+    assert 'load-checked' in result.stdout and 'CaiT' in result.stdout
     from safetensors.torch import load_file
     converted = load_file(str(dst))
     assert set(converted) == set(source.state_dict())

@@ -5,8 +5,8 @@ cache) safely (weights only), unwraps ``model`` / ``state_dict`` / ``state_dict_
 ``module.`` / ``backbone.`` (a whole detector gives its backbone), names the layout it detected
 (official, timm, Hugging Face, mmdet / mmseg / mmpretrain, mmvit_ext), converts it and writes
 ``.pth`` or ``.safetensors`` (by the output suffix). It then reads the written file back and
-loads it into our backbone (``--arch``, or the architecture read off the Swin / PVTv2 weights),
-strictly: a file that would not load is reported as an error. A checkpoint whose layout it
+loads it into our backbone (``--arch``, or the architecture read off Swin / PVTv2 / CaiT
+weights), strictly: a file that would not load is an error. A checkpoint whose layout it
 cannot recognise is refused, naming the keys it saw.
 
 Example:
@@ -29,7 +29,8 @@ from mmvit_ext.registry import MODELS
 
 
 def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
-    """Swin / PVTv2 settings read off our-layout weights (heads of PVTv2 do not shape them)."""
+    """Swin / PVTv2 / CaiT settings read off our-layout weights (PVTv2's heads do not shape
+    them)."""
     stages = sorted({int(k.split('.')[1]) for k in state_dict if re.match(r'^layers\.\d+\.', k)})
     depths = [len({k.split('.')[3] for k in state_dict if k.startswith(f'layers.{i}.blocks.')})
               for i in stages]
@@ -49,6 +50,17 @@ def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
                                           // d for i, d in zip(stages, dims)],
                               sr_ratios=[1 if w is None or linear else w.shape[-1] for w in sr],
                               linear=linear))
+    if family == 'cait':
+        dim = state_dict['patch_embed.proj.weight'].shape[0]
+        cls_depth = len({k.split('.')[1] for k in state_dict if k.startswith('cls_blocks.')})
+        arch = dict(embed_dims=dim, depth=len({k.split('.')[1] for k in state_dict
+                                               if k.startswith('blocks.')}),
+                    num_heads=state_dict['blocks.0.attn.map_transforms.0.proj.weight'].shape[0],
+                    mlp_ratio=state_dict['blocks.0.mlp.fc1.weight'].shape[0] // dim,
+                    cls_depth=cls_depth)
+        side = int(state_dict['pos_embed'].shape[1] ** 0.5)
+        return dict(arch=arch, img_size=16 * side,
+                    out_type='cls_token' if 'cls_token' in state_dict else 'featmap')
     return None
 
 
@@ -108,7 +120,7 @@ def main() -> None:
     parser.add_argument('--family', choices=sorted(FAMILIES),
                         help="only accept this family's layouts")
     parser.add_argument('--arch', help='our arch preset to load-check the output with (default: '
-                                       'read off the weights for Swin / PVTv2)')
+                                       'read off the weights for Swin / PVTv2 / CaiT)')
     args = parser.parse_args()
     try:
         print(convert(args.src, args.dst, args.family, args.arch))
