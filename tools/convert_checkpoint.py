@@ -1,37 +1,95 @@
-"""Convert an official checkpoint of any supported family to the mmvit_ext layout.
+"""Convert a checkpoint of any known layout to the mmvit_ext layout, and check it loads back.
 
-Reads ``.pth`` / ``.pth.tar`` / ``.safetensors`` safely (weights only), unwraps
-``model`` / ``state_dict`` / ``state_dict_ema``, strips ``module.`` / ``backbone.``, detects the
-official layout (Swin, PVTv2, CaiT, DeepViT, Refined-ViT), converts it and writes ``.pth`` or
-``.safetensors`` (by the output suffix). Prints what happened to the keys. A checkpoint whose
-layout it cannot recognise is refused, naming the keys it saw.
+Reads ``.pth`` / ``.pth.tar`` / ``.safetensors`` (or an ``http(s)://`` URL, through the torch hub
+cache) safely (weights only), unwraps ``model`` / ``state_dict`` / ``state_dict_ema``, strips
+``module.`` / ``backbone.`` (a whole detector gives its backbone), names the layout it detected
+(official, timm, Hugging Face, mmdet / mmseg / mmpretrain, mmvit_ext), converts it and writes
+``.pth`` or ``.safetensors`` (by the output suffix). It then reads the written file back and
+loads it into our backbone (``--arch``, or the architecture read off Swin / PVTv2 / CaiT
+weights), strictly: a file that would not load is an error. A checkpoint whose layout it
+cannot recognise is refused, naming the keys it saw.
 
 Example:
-    python tools/convert_checkpoint.py checkpoints/S24_224.pth checkpoints/cait_s24_mmvit.safetensors
+    python tools/convert_checkpoint.py checkpoints/S24_224.pth cait_s24.safetensors --arch s24
     python tools/convert_checkpoint.py swin_tiny_patch4_window7_224.pth swin_t.pth --family swin
 """
 import argparse
+import re
 import sys
 from collections import Counter
+from typing import Optional
+
+import torch
 
 import mmvit_ext  # noqa: F401  (registers the layouts and the safe unpickler)
-from mmvit_ext.converters import (CheckpointError, detect_layouts, read_checkpoint,
+from mmvit_ext.backbones import FAMILIES
+from mmvit_ext.converters import (LAYOUTS, CheckpointError, detect_layouts, read_checkpoint,
                                   save_state_dict, unwrap_state_dict)
+from mmvit_ext.registry import MODELS
 
 
-def convert(src: str, dst: str, family: str = None) -> str:
+def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
+    """Swin / PVTv2 / CaiT settings read off our-layout weights (PVTv2's heads do not shape
+    them)."""
+    stages = sorted({int(k.split('.')[1]) for k in state_dict if re.match(r'^layers\.\d+\.', k)})
+    depths = [len({k.split('.')[3] for k in state_dict if k.startswith(f'layers.{i}.blocks.')})
+              for i in stages]
+    if family == 'swin':
+        tables = [state_dict[f'layers.{i}.blocks.0.attn.rel_pos.relative_position_bias_table']
+                  for i in stages]
+        window = (int(tables[0].shape[0] ** 0.5) + 1) // 2
+        return dict(arch=dict(embed_dims=state_dict['patch_embed.proj.weight'].shape[0],
+                              depths=depths, num_heads=[t.shape[1] for t in tables]),
+                    window_size=window, use_abs_pos_embed='absolute_pos_embed' in state_dict)
+    if family == 'pvtv2':
+        dims = [state_dict[f'layers.{i}.patch_embed.proj.weight'].shape[0] for i in stages]
+        sr = [state_dict.get(f'layers.{i}.blocks.0.attn.sr.weight') for i in stages]
+        linear = all(w is not None and w.shape[-1] == 1 for w in sr)
+        return dict(arch=dict(embed_dims=dims, depths=depths, num_heads=[1] * len(stages),
+                              mlp_ratios=[state_dict[f'layers.{i}.blocks.0.mlp.fc1.weight'].shape[0]
+                                          // d for i, d in zip(stages, dims)],
+                              sr_ratios=[1 if w is None or linear else w.shape[-1] for w in sr],
+                              linear=linear))
+    if family == 'cait':
+        dim = state_dict['patch_embed.proj.weight'].shape[0]
+        cls_depth = len({k.split('.')[1] for k in state_dict if k.startswith('cls_blocks.')})
+        arch = dict(embed_dims=dim, depth=len({k.split('.')[1] for k in state_dict
+                                               if k.startswith('blocks.')}),
+                    num_heads=state_dict['blocks.0.attn.map_transforms.0.proj.weight'].shape[0],
+                    mlp_ratio=state_dict['blocks.0.mlp.fc1.weight'].shape[0] // dim,
+                    cls_depth=cls_depth)
+        side = int(state_dict['pos_embed'].shape[1] ** 0.5)
+        return dict(arch=arch, img_size=16 * side,
+                    out_type='cls_token' if 'cls_token' in state_dict else 'featmap')
+    return None
+
+
+def load_back(dst: str, family: str, arch: Optional[str]) -> str:
+    """Read ``dst`` back and load it strictly into our backbone; the line to print."""
+    state_dict = unwrap_state_dict(read_checkpoint(dst), source=f'written file {dst}')
+    settings = dict(arch=arch) if arch else infer_arch(family, state_dict)
+    if settings is None:
+        return f'  not load-checked: pass --arch to build the {family} model'
+    model = MODELS.build(dict(type=FAMILIES[family], **settings))
+    model.load_state_dict(state_dict)  # converts nothing, raises on anything that does not fit
+    report = model.load_report
+    kept = f'; kept initialised (expected): {len(report.expected_missing)}' \
+        if report.expected_missing else ''
+    return (f'  load-checked: {dst} loads into {FAMILIES[family]}({settings}) as '
+            f'{report.layout!r}: {len(report.loaded)} tensors{kept}')
+
+
+def convert(src: str, dst: str, family: Optional[str] = None, arch: Optional[str] = None) -> str:
     """Convert ``src`` into ``dst``; returns the printed summary. Raises CheckpointError."""
     state_dict = unwrap_state_dict(read_checkpoint(src), source=f'checkpoint {src}')
-    layouts = [lay for lay in detect_layouts(state_dict) if lay.convert is not None]
-    if family is not None:
-        layouts = [lay for lay in layouts if lay.family == family]
+    layouts = [lay for lay in detect_layouts(state_dict) if lay.convert is not None
+               and (family is None or lay.family == family)]
     if not layouts:
-        seen = sorted(state_dict)[:8]
         wanted = f' of family {family!r}' if family else ''
         raise CheckpointError(
-            f'checkpoint {src}: no known official layout{wanted} recognised ({len(state_dict)} '
-            f'tensors; first keys: {seen}); supported: official Swin, PVTv2, CaiT, DeepViT, '
-            f'Refined-ViT')
+            f'checkpoint {src}: no known layout{wanted} recognised ({len(state_dict)} tensors; '
+            f'first keys: {sorted(state_dict)[:8]}); known layouts: '
+            + '; '.join(lay.name for lay in LAYOUTS if not lay.ours))
     if len({lay.family for lay in layouts}) > 1:
         raise CheckpointError(f'checkpoint {src} matches several layouts '
                               f'{[lay.name for lay in layouts]}; pass --family')
@@ -39,31 +97,37 @@ def convert(src: str, dst: str, family: str = None) -> str:
     converted = layout.convert(state_dict)
     save_state_dict(converted, dst)
     renamed = sum(1 for k in converted if k not in state_dict)
-    dropped = sorted(k for k in state_dict if k.startswith(('head.', 'aux_head.', 'head_dist.'))
+    dropped = sorted(k for k in state_dict if k.startswith(('head.', 'aux_head.', 'head_dist.',
+                                                            'classifier.'))
                      or k.endswith(('relative_position_index', 'attn_mask')))
     groups = Counter(k.split('.')[0] for k in converted)
-    lines = [f'{src}: {layout.name} -> {dst}',
+    note = ' (already ours: copied unchanged)' if layout.ours else ''
+    lines = [f'{src}: detected layout: {layout.name}{note} -> {dst}',
              f'  {len(state_dict)} tensors in, {len(converted)} out, {renamed} renamed, '
              f'{len(state_dict) - len(converted)} dropped',
              '  out groups: ' + ', '.join(f'{g} ({n})' for g, n in sorted(groups.items()))]
     if dropped:
         lines.append(f'  dropped (classifier heads, saved buffers): {", ".join(dropped)}')
+    lines.append(load_back(dst, layout.family, arch))
     return '\n'.join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('src', help='official checkpoint file')
+    parser.add_argument('src', help='checkpoint file or http(s) URL')
     parser.add_argument('dst', help='output file: .pth or .safetensors')
-    parser.add_argument('--family', choices=('swin', 'pvtv2', 'cait', 'deepvit', 'refiner'),
-                        help='only accept this family\'s layout')
+    parser.add_argument('--family', choices=sorted(FAMILIES),
+                        help="only accept this family's layouts")
+    parser.add_argument('--arch', help='our arch preset to load-check the output with (default: '
+                                       'read off the weights for Swin / PVTv2 / CaiT)')
     args = parser.parse_args()
     try:
-        print(convert(args.src, args.dst, args.family))
-    except CheckpointError as error:
+        print(convert(args.src, args.dst, args.family, args.arch))
+    except (CheckpointError, RuntimeError) as error:
         sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':
+    torch.set_num_threads(1)
     main()

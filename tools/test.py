@@ -13,6 +13,8 @@ from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+from mmvit_ext.converters import CheckpointError
+from mmvit_ext.converters.io import is_url, resolve_checkpoint
 from mmvit_ext.engine import init_cpu_distributed
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 
@@ -36,6 +38,11 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if is_url(args.checkpoint):  # into the torch hub cache (as mmengine does), read from there
+        try:
+            args.checkpoint = str(resolve_checkpoint(args.checkpoint))
+        except CheckpointError as err:
+            sys.exit(f'error: {err}')
     for path in (args.config, args.checkpoint):
         if not osp.isfile(path):
             sys.exit(f'error: file not found: {path}')
@@ -43,6 +50,7 @@ def main() -> None:
     problems = missing_data(cfg, ('test',))
     if problems:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
+    # any known layout (e.g. a whole mmdet / mmseg checkpoint): the backbone converts on load
     cfg.load_from = args.checkpoint
     # weights come from the checkpoint: no pretrained file is needed
     backbone = cfg.model.get('backbone')

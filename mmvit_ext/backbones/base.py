@@ -2,7 +2,8 @@
 
 Every backbone resolves an ``arch`` from its ``arch_zoo`` (names and aliases, or a validated
 custom dict), validates ``out_indices`` / ``frozen_stages``, honours ``norm_eval`` and ``with_cp``,
-loads official checkpoints through ``init_cfg=dict(type='Pretrained', checkpoint=...)``, and
+loads checkpoints of every known layout on every load path (a load-state-dict pre-hook converts
+and checks the keys under its prefix, see :mod:`mmvit_ext.converters.loading`), and
 publishes its output contract as data: ``out_channels`` and ``strides`` per output, derived from
 the channels and strides of every selectable level and ``out_indices``. Parts after the last
 selected level are not built (they would get no gradient, which breaks DDP).
@@ -12,13 +13,15 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint as cp
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .. import ops
-from ..converters import load_pretrained
+from ..converters import load_pretrained, unwrap_state_dict
 from ..converters.layouts import StateDict
+from ..converters.loading import LoadReport, current_source, prepare_state_dict
 from ..layers import resize_rel_pos_table
 from .vocabulary import ConfigError, normalise_init_cfg
 
@@ -43,6 +46,8 @@ class BaseBackbone(BaseModule):
         self.frozen_stages = -1
         self.norm_eval = False
         self.with_cp = False
+        self.load_report: Optional[LoadReport] = None
+        self._register_load_state_dict_pre_hook(self._convert_on_load)
 
     # ---- arguments -------------------------------------------------------------------------
     @classmethod
@@ -183,8 +188,10 @@ class BaseBackbone(BaseModule):
 
     # ---- weights -----------------------------------------------------------------------------
     def init_weights(self) -> None:
-        """``init_cfg=dict(type='Pretrained', checkpoint=PATH[, prefix=...])`` loads an official
-        or mmvit_ext checkpoint (auto-detected and converted); other init types go to mmengine."""
+        """``init_cfg=dict(type='Pretrained', checkpoint=PATH or URL[, prefix=...][,
+        strict=False])`` loads a checkpoint of any known layout (auto-detected and converted);
+        ``strict=False`` allows one that leaves tensors unloaded. Other init types go to
+        mmengine."""
         cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [self.init_cfg]
         pretrained = [c for c in cfgs if isinstance(c, dict) and c.get('type') == 'Pretrained']
         others = [c for c in cfgs if c is not None and c not in pretrained]
@@ -197,8 +204,26 @@ class BaseBackbone(BaseModule):
                 raise ValueError(f'{type(self).__name__}: init_cfg of type Pretrained needs '
                                  f'checkpoint=PATH, got {cfg}')
             load_pretrained(self, cfg['checkpoint'], prefix=cfg.get('prefix'),
-                            map_location=cfg.get('map_location', 'cpu'))
+                            map_location=cfg.get('map_location', 'cpu'),
+                            strict=cfg.get('strict', True))
         self._is_init = True
+
+    def _convert_on_load(self, state_dict: StateDict, prefix: str, local_metadata: dict,
+                         strict: bool, missing_keys: List[str], unexpected_keys: List[str],
+                         error_msgs: List[str]) -> None:
+        """Load-state-dict pre-hook: the keys under ``prefix`` (ours, or of any known layout,
+        e.g. ``backbone.*`` of a whole mmdet detector) are converted, adapted and checked in
+        place, so every load path gets the same conversion and the same errors."""
+        keys = [k for k in state_dict if k.startswith(prefix)]
+        if not keys:
+            return
+        given = {k[len(prefix):]: state_dict.pop(k) for k in keys}
+        if not prefix:  # loaded straight into the backbone: a whole detector's backbone.* keys
+            given = unwrap_state_dict(given, source=current_source())
+        converted, self.load_report = prepare_state_dict(self, given)
+        state_dict.update((prefix + k, v) for k, v in converted.items())
+        print_log(f'{type(self).__name__} ({prefix or "model"}): {current_source()}\n'
+                  f'{self.load_report.summary()}', logger='current')
 
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         """Key prefixes of the full architecture's parts that this instance does not build

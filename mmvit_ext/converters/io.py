@@ -1,8 +1,15 @@
-"""Reading checkpoint files safely: safetensors, or torch.load with ``weights_only=True``."""
+"""Reading checkpoint files safely: safetensors, or torch.load with ``weights_only=True``.
+
+``http(s)://`` checkpoints are fetched into the torch hub cache
+(``torch.hub.get_dir()/checkpoints/<file name>``, where mmengine's ``load_from_http`` and
+``torch.hub`` keep them too) and read from there with the same safe reader.
+"""
+import os
 import pickle
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
+from urllib.parse import urlparse
 
 import torch
 
@@ -15,12 +22,51 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used, with the reason and the file named."""
 
 
+def is_url(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith(('http://', 'https://'))
+
+
+def hub_cache_path(url: str) -> Path:
+    """Where torch.hub / mmengine keep the file of ``url``."""
+    return Path(torch.hub.get_dir()) / 'checkpoints' / os.path.basename(urlparse(url).path)
+
+
+def resolve_checkpoint(path: PathLike, download: bool = True) -> Path:
+    """A local path for ``path``: itself, or for a URL its file in the torch hub cache,
+    downloaded there first when absent (``download=True``).
+
+    Raises :class:`CheckpointError` naming the URL, the file and where to put it when the file
+    is not cached and cannot be downloaded (no network)."""
+    if not is_url(path):
+        if isinstance(path, str) and '://' in path:
+            raise CheckpointError(f'checkpoint {path}: only local files and http(s):// URLs are '
+                                  f'read by mmvit_ext backbones (scheme {path.split("://")[0]}:// '
+                                  f'is not); download the file and pass its path')
+        return Path(path)
+    cached = hub_cache_path(path)
+    if cached.is_file():
+        return cached
+    reason = 'not in the torch hub cache'
+    if download:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            torch.hub.download_url_to_file(path, str(cached), progress=False)
+            return cached
+        except (OSError, ValueError, RuntimeError) as err:  # URLError, HTTPError, timeouts
+            reason = f'download failed: {type(err).__name__}: {err}'
+    raise CheckpointError(
+        f'checkpoint {path} is not available ({reason}). Without network, fetch '
+        f'{cached.name} elsewhere and put it at {cached} (the torch hub cache, shared with '
+        f'mmengine and torch.hub; TORCH_HOME moves it)')
+
+
 def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cpu') -> Any:
-    """Load ``.safetensors`` or a torch file without executing pickled code.
+    """Load ``.safetensors`` or a torch file without executing pickled code; a URL is read from
+    the torch hub cache (downloaded there first when needed).
 
     Raises :class:`CheckpointError` for a missing, empty, truncated or unsafe file.
     """
-    path = Path(path)
+    path = resolve_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f'checkpoint file not found: {path}')
     if path.stat().st_size == 0:
@@ -52,7 +98,8 @@ def unwrap_state_dict(checkpoint: Any, source: str = 'checkpoint',
 
     Unwraps ``model`` / ``state_dict`` / ``state_dict_ema`` (first found, in that order), keeps only
     keys under ``prefix`` when given (stripped), and strips a ``module.`` / ``backbone.`` prefix
-    shared by every key.
+    shared by every key. Without ``prefix``, a whole detector / segmentor / classifier (some keys
+    under ``backbone.``, others under ``neck.``, ``head.``...) gives its ``backbone.`` keys.
     """
     state = checkpoint
     for _ in range(3):  # e.g. {'state_dict': {'model': ...}}
@@ -73,6 +120,8 @@ def unwrap_state_dict(checkpoint: Any, source: str = 'checkpoint',
     for strip in STRIP_PREFIXES:
         if all(k.startswith(strip) for k in state):
             state = {k[len(strip):]: v for k, v in state.items()}
+    if not prefix and any(k.startswith('backbone.') for k in state):
+        state = {k[len('backbone.'):]: v for k, v in state.items() if k.startswith('backbone.')}
     return state
 
 

@@ -1,7 +1,10 @@
 """Known checkpoint layouts: which family a state dict belongs to, and its converter.
 
-A converter is a pure, idempotent function ``state_dict -> state_dict`` (ours). Layouts without a
-converter are recognised only so that loading one into the wrong backbone names what it is.
+A converter is a pure, idempotent function ``state_dict -> state_dict`` (ours); our own layouts
+are registered too (``ours=True``, identity converter) so that every checkpoint gets a name.
+Detection looks at key names only: a layout matches when its ``signature`` regex finds a key
+and its optional ``detect`` predicate agrees (for layouts that share key names, e.g. official and
+timm Swin, which differ in where the patch merging sits).
 """
 import re
 from dataclasses import dataclass
@@ -10,32 +13,66 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 StateDict = Dict[str, torch.Tensor]
+Converter = Callable[[StateDict], StateDict]
 
 
 @dataclass(frozen=True)
 class Layout:
     name: str                 # e.g. 'official Swin (microsoft/Swin-Transformer)'
     family: str               # backbone family that can load it, e.g. 'swin'
-    signature: 're.Pattern'   # a key that only this layout has
-    convert: Optional[Callable[[StateDict], StateDict]] = None
+    signature: 're.Pattern'   # a key that this layout has
+    convert: Optional[Converter] = None
+    detect: Optional[Callable[[StateDict], bool]] = None
+    ours: bool = False        # an mmvit_ext layout: nothing to convert
 
     def matches(self, state_dict: StateDict) -> bool:
-        return any(self.signature.search(k) for k in state_dict)
+        if not any(self.signature.search(k) for k in state_dict):
+            return False
+        return self.detect is None or self.detect(state_dict)
 
 
 LAYOUTS: List[Layout] = []
+# family -> regex of our keys that checkpoints of other layouts may lack by design (output norms a
+# classifier never had, the dense pyramid): kept at their initialisation and reported as expected
+INIT_ONLY: Dict[str, 're.Pattern'] = {}
 
 
-def register_layout(name: str, family: str, signature: str,
-                    convert: Optional[Callable[[StateDict], StateDict]] = None) -> None:
-    LAYOUTS.append(Layout(name, family, re.compile(signature), convert))
+def register_layout(name: str, family: str, signature: str, convert: Optional[Converter] = None,
+                    detect: Optional[Callable[[StateDict], bool]] = None,
+                    ours: bool = False) -> None:
+    """Add a layout; detection tries layouts in registration order."""
+    LAYOUTS.append(Layout(name, family, re.compile(signature),
+                          (lambda sd: dict(sd)) if ours else convert, detect, ours))
+
+
+def register_init_only(family: str, pattern: str) -> None:
+    INIT_ONLY[family] = re.compile(pattern)
 
 
 def detect_layouts(state_dict: StateDict) -> List[Layout]:
-    """Every known layout whose signature key appears in the state dict."""
+    """Every known layout that matches the state dict (any family)."""
     return [layout for layout in LAYOUTS if layout.matches(state_dict)]
 
 
-# Layouts recognised for error messages; their families register converters in their own modules.
-register_layout('Swin in mmdet/mmseg layout', 'swin',
-                r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.relative_position_bias_table$')
+def detect_layout(state_dict: StateDict, family: str) -> Optional[Layout]:
+    """The first registered layout of ``family`` that matches, or ``None``."""
+    return next((lay for lay in LAYOUTS if lay.family == family and lay.matches(state_dict)),
+                None)
+
+
+def rename_keys(state_dict: StateDict, rules, drop: Callable[[str], bool] = lambda k: False
+                ) -> StateDict:
+    """Apply ``(pattern, replacement)`` regex rules to every key, in order; skip dropped keys."""
+    out = {}
+    for key, value in state_dict.items():
+        if drop(key):
+            continue
+        for pattern, repl in rules:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
+
+
+def has_key(state_dict: StateDict, pattern: str) -> bool:
+    regex = re.compile(pattern)
+    return any(regex.search(k) for k in state_dict)

@@ -8,7 +8,7 @@ transforms and CaiT's class-attention blocks. Classifier heads are dropped.
 import re
 from typing import Dict, Iterable, Tuple
 
-from .layouts import StateDict, register_layout
+from .layouts import StateDict, register_init_only, register_layout
 
 _HEADS = ('head.', 'aux_head.', 'head_dist.')
 
@@ -104,9 +104,18 @@ def export_official_refiner(state_dict: StateDict) -> StateDict:
                                 r'\.ls2\.gamma$': '.mlp.scale_channel'})
 
 
-register_layout('official CaiT (facebookresearch/deit)', 'cait',
-                r'^(blocks\.\d+\.attn\.proj_l\.weight|blocks_token_only\.0\.)', convert_official_cait)
+register_layout('mmvit_ext CaiT', 'cait', r'^blocks\.\d+\.attn\.map_transforms\.0\.proj\.weight$',
+                ours=True)
+register_layout('mmvit_ext DeepViT', 'deepvit',
+                r'^blocks\.\d+\.attn\.map_transforms\.0\.mix\.weight$', ours=True)
+register_layout('mmvit_ext Refined-ViT', 'refiner', r'^blocks\.\d+\.attn\.refine\.', ours=True)
+# timm's CaiT keeps the official names (timm.models.cait): one layout
+register_layout('official CaiT (facebookresearch/deit; timm.models.cait, same keys)', 'cait',
+                r'^(blocks\.\d+\.attn\.proj_l\.weight|blocks_token_only\.0\.)',
+                convert_official_cait)
 register_layout('official DeepViT (zhoudaquan/dvit_repo)', 'deepvit',
                 r'^blocks\.\d+\.attn\.reatten_matrix\.weight$', convert_official_deepvit)
 register_layout('official Refined-ViT (zhoudaquan/Refiner_ViT)', 'refiner',
                 r'^blocks\.\d+\.attn\.DLA\.', convert_official_refiner)
+for _family in ('cait', 'deepvit', 'refiner'):
+    register_init_only(_family, r'^pyramid\.')  # the dense pyramid is never in a classifier

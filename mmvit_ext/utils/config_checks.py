@@ -20,13 +20,21 @@ def _walk(node: Any, path: str = '') -> Iterator[Tuple[str, Any]]:
     yield path, node
 
 
-def missing_pretrained(cfg: Config) -> List[str]:
-    """``init_cfg=dict(type='Pretrained', checkpoint=...)`` entries whose local file is absent."""
+def missing_pretrained(cfg: Config, download: bool = True) -> List[str]:
+    """``init_cfg=dict(type='Pretrained', checkpoint=...)`` entries whose file is absent. A URL
+    is looked up in the torch hub cache and downloaded there when absent, as the loader does; one
+    that cannot be fetched gives the loader's message."""
+    from ..converters.io import CheckpointError, resolve_checkpoint
     problems = []
     for path, node in _walk(cfg.get('model', {}), 'model'):
         if isinstance(node, dict) and node.get('type') == 'Pretrained':
             ckpt = str(node.get('checkpoint', ''))
-            if '://' not in ckpt and not osp.isfile(ckpt):
+            if '://' in ckpt:  # URLs (and schemes we do not read)
+                try:
+                    resolve_checkpoint(ckpt, download=download)
+                except CheckpointError as err:
+                    problems.append(f'{path}.checkpoint: {err}')
+            elif not osp.isfile(ckpt):
                 problems.append(f'{path}.checkpoint: pretrained weights not found at {ckpt!r}; '
                                 f'download the official file there, or pass '
                                 f'--cfg-options {path}=None to train from scratch')

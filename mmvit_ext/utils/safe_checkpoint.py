@@ -4,10 +4,13 @@ torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's checkpo
 message-hub state: ``HistoryBuffer`` objects, numpy arrays and scalars, a ``Counter`` of scheduler
 milestones, and each buffer's statistics functions, pickled as ``getattr(HistoryBuffer, 'min')``.
 We allowlist exactly those plain-data classes and stand in for ``builtins.getattr`` with a
-function that only returns HistoryBuffer's registered statistics. Everything else — ``os.system``,
+function that only returns HistoryBuffer's registered statistics. timm's training script saves
+its command line as an ``argparse.Namespace`` (``args``) beside ``version`` and ``metric``: a
+plain attribute bag, allowlisted too. Everything else — ``os.system``,
 ``builtins.exec``, ``getattr`` on any other object — stays refused, so a crafted pickle still
 cannot run code.
 """
+import argparse
 import collections
 import pickle
 from typing import Any, List
@@ -42,13 +45,14 @@ def history_buffer_getattr(obj: Any, name: str) -> Any:
 
 
 def allow_mmengine_checkpoints() -> None:
-    """Register the allowlist with torch once (idempotent)."""
+    """Register the allowlist (mmengine and timm training checkpoints) with torch once."""
     global _done
     if _done or not hasattr(torch.serialization, 'add_safe_globals'):
         return
     from mmengine.logging.history_buffer import HistoryBuffer
     torch.serialization.add_safe_globals([
-        HistoryBuffer, collections.Counter, *_numpy_globals(),
+        HistoryBuffer, collections.Counter, argparse.Namespace, *_numpy_globals(),
         (history_buffer_getattr, 'builtins.getattr'),
     ])
     _done = True
+
