@@ -205,3 +205,16 @@ def test_hf_classification_wrappers_convert_like_the_bare_models():
         assert set(ours_from_wrapped) == set(ours_from_bare), bare.__name__
         assert not any(k.startswith(('classifier', 'swin.', 'pvt_v2.', 'embeddings.', 'encoder.'))
                        for k in ours_from_wrapped)
+
+
+def test_precheck_reads_init_cfg_without_type_and_pretrained(tmp_path):
+    """tools/train.py's pre-check sees the peers' other forms: init_cfg without ``type``
+    (mmdet's PVT configs) and a backbone ``pretrained=PATH``."""
+    absent = str(tmp_path / 'absent.pth')
+    for backbone, where in [(dict(init_cfg=dict(checkpoint=absent)), 'init_cfg.checkpoint'),
+                            (dict(pretrained=absent), 'pretrained')]:
+        cfg = Config(dict(model=dict(backbone=dict(type='mmvit_ext.PyramidVisionTransformerV2',
+                                                   **backbone))))
+        problems = missing_pretrained(cfg)
+        assert len(problems) == 1 and problems[0].startswith(f'model.backbone.{where}: ')
+        assert absent in problems[0]

@@ -141,7 +141,6 @@ SMALL = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason='layouts: issue13-layouts branch')
 @pytest.mark.parametrize('name', sorted(SMALL))
 def test_features_equal_given_peer_weights(name):
     """Peer weights loaded into ours (converted on load): the same features (<= 1e-4)."""

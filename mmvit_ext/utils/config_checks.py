@@ -21,23 +21,30 @@ def _walk(node: Any, path: str = '') -> Iterator[Tuple[str, Any]]:
 
 
 def missing_pretrained(cfg: Config, download: bool = True) -> List[str]:
-    """``init_cfg=dict(type='Pretrained', checkpoint=...)`` entries whose file is absent. A URL
-    is looked up in the torch hub cache and downloaded there when absent, as the loader does; one
-    that cannot be fetched gives the loader's message."""
+    """``init_cfg=dict([type='Pretrained',] checkpoint=...)`` and ``pretrained=PATH`` entries
+    whose file is absent. A URL is looked up in the torch hub cache and downloaded there when
+    absent, as the loader does; one that cannot be fetched gives the loader's message."""
     from ..converters.io import CheckpointError, resolve_checkpoint
     problems = []
     for path, node in _walk(cfg.get('model', {}), 'model'):
-        if isinstance(node, dict) and node.get('type') == 'Pretrained':
-            ckpt = str(node.get('checkpoint', ''))
+        if not isinstance(node, dict):
+            continue
+        checks = []
+        # init_cfg in the forms the peers write: with type='Pretrained', or with no type
+        if node.get('type', 'Pretrained') == 'Pretrained' and 'checkpoint' in node:
+            checks.append((f'{path}.checkpoint', str(node['checkpoint'])))
+        if isinstance(node.get('pretrained'), str):  # mmdet / mmseg backbone pretrained=PATH
+            checks.append((f'{path}.pretrained', node['pretrained']))
+        for where, ckpt in checks:
             if '://' in ckpt:  # URLs (and schemes we do not read)
                 try:
                     resolve_checkpoint(ckpt, download=download)
                 except CheckpointError as err:
-                    problems.append(f'{path}.checkpoint: {err}')
+                    problems.append(f'{where}: {err}')
             elif not osp.isfile(ckpt):
-                problems.append(f'{path}.checkpoint: pretrained weights not found at {ckpt!r}; '
+                problems.append(f'{where}: pretrained weights not found at {ckpt!r}; '
                                 f'download the official file there, or pass '
-                                f'--cfg-options {path}=None to train from scratch')
+                                f'--cfg-options {where}=None to train from scratch')
     return problems
 
 

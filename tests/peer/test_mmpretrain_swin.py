@@ -9,13 +9,12 @@
 #   test_init_weights: model.patch_embed.projection (mmpretrain's PatchEmbed attribute), and
 #     "absolute_pos_embed is all zero before init_weights()" (ours is initialised when built);
 #   test_forward: "SwinBlock.with_cp" (mmpretrain's block class; ours checkpoints in the
-#     backbone), and pad_small_map=True (mmpretrain pads maps smaller than the window; we
-#     raise: a window longer than the map shrinks to it, as in the official Swin);
+#     backbone);
 #   test_structure: block.ffn.dropout_layer.drop_prob / block.attn.drop.drop_prob (internal
 #     layers), and norm_cfg=dict(type='BN') with stage_cfgs block norm BN (we support LN only
 #     and raise for BN).
 # test_init_weights loads mmpretrain's v1 layout (norm -> norm3) and resizes the absolute
-# position embedding inside load_checkpoint: load_state_dict pre-hooks, issue13-layouts branch.
+# position embedding inside load_checkpoint (load-state-dict pre-hooks).
 import math
 import os
 import tempfile
@@ -68,7 +67,6 @@ class TestSwinTransformer(TestCase):
             }
             SwinTransformer(**cfg)
 
-    @pytest.mark.xfail(strict=True, reason='layouts: issue13-layouts branch')
     def test_init_weights(self):
         # test weight init cfg
         cfg = deepcopy(self.cfg)
@@ -148,6 +146,17 @@ class TestSwinTransformer(TestCase):
         self.assertEqual(feat.shape, (1, 768, 12, 12))
         with self.assertRaisesRegex(AssertionError, r'the window size \(12\)'):
             model(torch.randn(1, 3, 224, 224))
+
+        # test with pad_small_map=True
+        cfg = deepcopy(self.cfg)
+        cfg['window_size'] = 12
+        cfg['pad_small_map'] = True
+        model = SwinTransformer(**cfg)
+        outs = model(torch.randn(1, 3, 224, 224))
+        self.assertIsInstance(outs, tuple)
+        self.assertEqual(len(outs), 1)
+        feat = outs[-1]
+        self.assertEqual(feat.shape, (1, 768, 7, 7))
 
         # test multiple output indices
         cfg = deepcopy(self.cfg)
