@@ -149,3 +149,12 @@ def test_whole_mmseg_upernet_checkpoint_into_our_segmentor(tmp_path):
         want = mmseg.decode_head(mmseg.backbone(x))
         got = ours.decode_head(ours.backbone(x))
     assert (got - want).abs().max().item() <= TOL
+
+
+def test_every_registered_family_has_its_own_layout_registered():
+    """Layouts come from the converter modules, families from the registry: each family's own
+    key layout is known, so its checkpoints convert as a no-op on every load path."""
+    from mmvit_ext.backbones import registered_families
+    from mmvit_ext.converters import LAYOUTS
+    ours = {layout.family for layout in LAYOUTS if layout.ours}
+    assert set(registered_families()) <= ours, set(registered_families()) - ours

@@ -1,6 +1,12 @@
 """Checkpoint layouts (official, timm, Hugging Face, OpenMMLab, ours) -> ours: pure, idempotent
-converters, auto-detected on every load path."""
-from . import plain_vit, pvt_v2, swin  # noqa: F401  (register their layouts)
+converters, auto-detected on every load path.
+
+Every module of this package is imported here and registers its layouts
+(:func:`register_layout`), so a new family's converters are one new file.
+"""
+import importlib
+import pkgutil
+
 from .io import (CheckpointError, hub_cache_path, is_url, read_checkpoint, resolve_checkpoint,
                  save_state_dict, unwrap_state_dict)
 from .layouts import LAYOUTS, Layout, detect_layout, detect_layouts, register_layout
@@ -13,6 +19,9 @@ from .pvt_v2 import (convert_hf_pvtv2, convert_mmdet_pvtv2, convert_official_pvt
                      convert_timm_pvtv2, export_official_pvtv2)
 from .swin import (convert_hf_swin, convert_official_swin, convert_openmmlab_swin,
                    convert_timm_swin, export_official_swin)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f'{__name__}.{_module.name}')
 
 __all__ = [
     'CheckpointError', 'read_checkpoint', 'save_state_dict', 'unwrap_state_dict', 'is_url',
