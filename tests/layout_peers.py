@@ -128,12 +128,15 @@ def swin_cases() -> Dict[str, Case]:
     cases['HF SwinBackbone'] = Case('swin', 'Hugging Face transformers Swin',
                                     hf_backbone.state_dict(),
                                     lambda x: hf_backbone(x).feature_maps, _swin_ours(), SWIN_IMG)
+    from mmengine.registry import DefaultScope
     from mmpretrain.models import ImageClassifier
-    classifier = randomise(ImageClassifier(
-        backbone=dict(type='mmpretrain.SwinTransformer', arch=dict(SWIN), img_size=SWIN_IMG,
-                      window_size=SWIN_WINDOW, out_indices=(0, 1, 2, 3), drop_path_rate=0.0),
-        neck=dict(type='mmpretrain.GlobalAveragePooling'),
-        head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=256)), seed=3)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = randomise(ImageClassifier(
+            backbone=dict(type='mmpretrain.SwinTransformer', arch=dict(SWIN), img_size=SWIN_IMG,
+                          window_size=SWIN_WINDOW, out_indices=(0, 1, 2, 3),
+                          drop_path_rate=0.0),
+            neck=dict(type='mmpretrain.GlobalAveragePooling'),
+            head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=256)), seed=3)
     cases['mmpretrain'] = Case('swin', 'OpenMMLab Swin',
                                {'state_dict': classifier.state_dict(), 'meta': {}},
                                classifier.backbone, _swin_ours(), SWIN_IMG)
@@ -266,9 +269,11 @@ def cait_cases() -> Dict[str, Case]:
 
 
 def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
+    from mmengine.registry import DefaultScope
     from mmvit_ext.registry import MODELS
     cfg = dict(cfg, init_cfg=init_cfg)
-    return MODELS.build(cfg)
+    with DefaultScope.overwrite_default_scope('mmvit_ext'):  # not a scope left by another test
+        return MODELS.build(cfg)
 
 
 def official_round_trip_cases() -> Dict[str, Case]:

@@ -29,9 +29,22 @@ OURS = {'SwinTransformer': 'mmvit_ext.SwinTransformer',
 SIZE = 384  # every stage map >= the largest window (12) in the shipped configs
 
 
-def _peer_registry(peer: str):
-    importlib.import_module(f'{peer}.models')
-    return importlib.import_module(f'{peer}.registry').MODELS
+class _ScopedRegistry:
+    """A peer's MODELS whose ``build`` runs in the peer's default scope, as its tools do (not
+    in a scope another test left behind)."""
+
+    def __init__(self, peer: str) -> None:
+        importlib.import_module(f'{peer}.models')
+        self.peer, self.registry = peer, importlib.import_module(f'{peer}.registry').MODELS
+
+    def build(self, cfg: dict):
+        from mmengine.registry import DefaultScope
+        with DefaultScope.overwrite_default_scope(self.peer):
+            return self.registry.build(cfg)
+
+
+def _peer_registry(peer: str) -> _ScopedRegistry:
+    return _ScopedRegistry(peer)
 
 
 def _shipped_configs() -> List[Tuple[str, str, dict]]:
