@@ -13,6 +13,14 @@ from mmvit_ext.layers.map_transforms import TalkingHeads
 from mmvit_ext.ops import cpu_attention, cpu_gemm
 
 
+
+@pytest.fixture(autouse=True)
+def _kernels_on():
+    """These tests are about the CPU kernels themselves: on, whatever MMVIT_EXT_KERNELS says
+    (the rest of the suite runs both ways)."""
+    with ops.kernels('auto'):
+        yield
+
 @pytest.mark.parametrize('shape,bias', [((2, 300, 48), True), ((700, 32), False)])
 def test_onednn_linear_matches_f_linear_forward_and_backward(shape, bias):
     layer = nn.Linear(shape[-1], 40, bias=bias)
