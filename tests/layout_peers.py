@@ -128,15 +128,12 @@ def swin_cases() -> Dict[str, Case]:
     cases['HF SwinBackbone'] = Case('swin', 'Hugging Face transformers Swin',
                                     hf_backbone.state_dict(),
                                     lambda x: hf_backbone(x).feature_maps, _swin_ours(), SWIN_IMG)
-    from mmengine.registry import DefaultScope
-    from mmpretrain.models import ImageClassifier
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        classifier = randomise(ImageClassifier(
-            backbone=dict(type='mmpretrain.SwinTransformer', arch=dict(SWIN), img_size=SWIN_IMG,
-                          window_size=SWIN_WINDOW, out_indices=(0, 1, 2, 3),
-                          drop_path_rate=0.0),
-            neck=dict(type='mmpretrain.GlobalAveragePooling'),
-            head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=256)), seed=3)
+    classifier = randomise(build_in_scope('mmpretrain', dict(
+        type='ImageClassifier',
+        backbone=dict(type='SwinTransformer', arch=dict(SWIN), img_size=SWIN_IMG,
+                      window_size=SWIN_WINDOW, out_indices=(0, 1, 2, 3), drop_path_rate=0.0),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=256))), seed=3)
     cases['mmpretrain'] = Case('swin', 'OpenMMLab Swin',
                                {'state_dict': classifier.state_dict(), 'meta': {}},
                                classifier.backbone, _swin_ours(), SWIN_IMG)
@@ -165,12 +162,21 @@ def mask_rcnn_cfg(backbone: dict) -> dict:
     return cfg
 
 
-def build_detector(cfg: dict) -> nn.Module:
-    from mmdet.registry import MODELS
+def build_in_scope(scope: str, cfg: dict) -> nn.Module:
+    """Build ``cfg`` with ``scope``'s MODELS in ``scope`` as the default scope, as its tools do
+    (not in a scope another test left behind)."""
+    import importlib
+
     from mmengine.registry import DefaultScope
-    import mmdet.models  # noqa: F401
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        return MODELS.build(cfg)
+    if scope != 'mmvit_ext':
+        importlib.import_module(f'{scope}.models')
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        return registry.build(cfg)
+
+
+def build_detector(cfg: dict) -> nn.Module:
+    return build_in_scope('mmdet', cfg)
 
 
 def mmdet_swin_detector(seed: int = 0) -> nn.Module:
@@ -269,11 +275,7 @@ def cait_cases() -> Dict[str, Case]:
 
 
 def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
-    from mmengine.registry import DefaultScope
-    from mmvit_ext.registry import MODELS
-    cfg = dict(cfg, init_cfg=init_cfg)
-    with DefaultScope.overwrite_default_scope('mmvit_ext'):  # not a scope left by another test
-        return MODELS.build(cfg)
+    return build_in_scope('mmvit_ext', dict(cfg, init_cfg=init_cfg))
 
 
 def official_round_trip_cases() -> Dict[str, Case]:
@@ -313,11 +315,7 @@ def upernet_cfg(backbone: dict) -> dict:
 
 
 def build_segmentor(cfg: dict) -> nn.Module:
-    from mmengine.registry import DefaultScope
-    from mmseg.registry import MODELS
-    import mmseg.models  # noqa: F401
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        return MODELS.build(cfg)
+    return build_in_scope('mmseg', cfg)
 
 
 def mmseg_swin_upernet(seed: int = 0) -> nn.Module:

@@ -12,6 +12,7 @@ from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, LayerScale, 
                               resize_rel_pos_table, scaled_dot_product_attention,
                               shifted_window_mask, window_partition, window_reverse)
 from official_layouts import official_swin_rel_index
+from op_names import RecordOpNames
 
 
 def _explicit_copy(attn: Attention) -> Attention:
@@ -240,20 +241,9 @@ def test_resampling_backward_uses_no_nondeterministic_kernel():
     """The position-embedding resize and the PVTv2-li pooling differentiate through matrix
     products: their backward never reaches the upsample / adaptive-pool backward kernels that
     torch refuses on CUDA under ``torch.use_deterministic_algorithms(True)``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.add(func.__name__)
-            return func(*args, **(kwargs or {}))
-
     pos = torch.randn(1, 1 + 14 * 14, 8, requires_grad=True)
     grid = torch.randn(1, 8, 20, 33, requires_grad=True)
-    with Record() as record:
+    with RecordOpNames() as record:
         out = resize_pos_embed(pos, (14, 14), (20, 33), num_prefix_tokens=1).sum()
         out = out + adaptive_avg_pool2d(grid, (7, 7)).sum()
         out.backward()

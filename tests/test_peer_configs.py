@@ -8,7 +8,9 @@ branch), see :func:`test_features_equal_given_peer_weights`.
 """
 import copy
 import importlib
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Tuple
 from unittest import mock
 
@@ -22,6 +24,7 @@ from mmengine.config import Config  # noqa: E402
 
 import mmvit_ext  # noqa: E402,F401  (registers the mmvit_ext scope)
 from mmvit_ext.backbones.vocabulary import ConfigError  # noqa: E402
+from layout_peers import build_in_scope  # noqa: E402
 
 PEERS = ('mmdet', 'mmseg', 'mmpretrain')
 OURS = {'SwinTransformer': 'mmvit_ext.SwinTransformer',
@@ -29,22 +32,9 @@ OURS = {'SwinTransformer': 'mmvit_ext.SwinTransformer',
 SIZE = 384  # every stage map >= the largest window (12) in the shipped configs
 
 
-class _ScopedRegistry:
-    """A peer's MODELS whose ``build`` runs in the peer's default scope, as its tools do (not
-    in a scope another test left behind)."""
-
-    def __init__(self, peer: str) -> None:
-        importlib.import_module(f'{peer}.models')
-        self.peer, self.registry = peer, importlib.import_module(f'{peer}.registry').MODELS
-
-    def build(self, cfg: dict):
-        from mmengine.registry import DefaultScope
-        with DefaultScope.overwrite_default_scope(self.peer):
-            return self.registry.build(cfg)
-
-
-def _peer_registry(peer: str) -> _ScopedRegistry:
-    return _ScopedRegistry(peer)
+def _peer_registry(peer: str) -> SimpleNamespace:
+    """The peer's MODELS, building in the peer's default scope."""
+    return SimpleNamespace(build=partial(build_in_scope, peer))
 
 
 def _shipped_configs() -> List[Tuple[str, str, dict]]:

@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmvit_ext.backbones import SwinTransformer
 from mmvit_ext.registry import MODELS
 from backbone_cases import SMALL
+from op_names import RecordOpNames
 
 CUDA_GRID_Y_LIMIT = 65535  # CUDA's fused attention kernels launch one grid row per head
 
@@ -47,17 +47,8 @@ def test_swin_at_6144_px_keeps_the_head_axis_under_the_cuda_grid_limit(monkeypat
 def test_backward_avoids_kernels_refused_under_deterministic_algorithms(name, cfg):
     """torch refuses the CUDA backward of bicubic upsampling and adaptive average pooling under
     ``torch.use_deterministic_algorithms(True)``: neither may appear in a backbone's backward."""
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.add(func.__name__)
-            return func(*args, **(kwargs or {}))
-
     model = _build(name, **cfg).train()
-    with Record() as record:
+    with RecordOpNames() as record:
         sum(o.sum() for o in model(torch.randn(1, 3, 36, 52))).backward()
     backward = {n for n in record.names if 'backward' in n}
     assert backward and not {n for n in backward if 'upsample' in n or 'adaptive_avg' in n}
