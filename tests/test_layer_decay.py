@@ -171,3 +171,23 @@ def test_bad_settings_raise():
             dict(optimizer=dict(type='AdamW', lr=LR)), dict(lr_decay=0.7))
     with pytest.raises(TypeError, match='get_layer_depth'):
         build_optim_wrapper(nn.Linear(2, 2), optim_cfg(layer_decay_rate=RATE))
+
+
+def test_readme_groups_of_a_plain_vit_mask_rcnn():
+    """The README's figures for its snippet on configs/mask_rcnn_deepvit_s_fpn_1x_coco.py."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    section = (root / 'README.md').read_text().split('### Layer-wise lr decay')[1]
+    snippet = re.search(r'```python\n(.*?)```', section, re.S).group(1)
+    quoted = re.search(r'has (\d+)\s+layer ids .*? its (\d+) parameters fall into (\d+) groups',
+                       ' '.join(section.split()))
+    namespace: dict = {}
+    exec(snippet, namespace)  # the README's optim_wrapper, as a config holds it
+    model_cfg = Config.fromfile(str(root / 'configs/mask_rcnn_deepvit_s_fpn_1x_coco.py')).model
+    model_cfg.backbone.init_cfg = None
+    model, wrapper = build_optimizer_in_scope('mmdet', model_cfg, namespace['optim_wrapper'])
+    groups = wrapper.optimizer.param_groups
+    scales = {round(g['lr_scale'], 12) for g in groups}
+    assert (len(scales), sum(len(g['params']) for g in groups), len(groups)) == \
+        tuple(int(v) for v in quoted.groups())
+    assert scales == {round(0.75 ** k, 12) for k in range(len(scales))}

@@ -58,7 +58,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         unknown = set(self.paramwise_cfg) - KNOWN_KEYS
         if unknown:
             raise ValueError(f'LayerDecayOptimWrapperConstructor: paramwise_cfg keys '
-                             f'{sorted(unknown)} are not supported; supported: {sorted(KNOWN_KEYS)}')
+                             f'{sorted(unknown)} are not supported; supported: '
+                             f'{sorted(KNOWN_KEYS)}')
         rate = self.paramwise_cfg.get('layer_decay_rate', 1.0)
         if not isinstance(rate, (int, float)) or not 0 < rate <= 1:
             raise ValueError(f'LayerDecayOptimWrapperConstructor: layer_decay_rate must be in '
