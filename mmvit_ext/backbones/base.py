@@ -230,7 +230,8 @@ class BaseBackbone(BaseModule):
         """Parameter-name prefixes (module or parameter names, no trailing dot) of every layer
         id from 0 (the embeddings) upwards; names in no group (output norms, the pyramid) take
         the top id. Families return this as data; :meth:`get_layer_depth` resolves it."""
-        raise NotImplementedError
+        raise NotImplementedError(f'{type(self).__name__} defines no layer_depth_groups(), which '
+                                  f'get_layer_depth (layer-wise lr decay) needs')
 
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """``(layer_id, num_layers)`` of a parameter, mmpretrain's convention: 0 the embeddings,

@@ -75,10 +75,10 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         for key in sorted(sorted(custom_keys), key=len, reverse=True):
             if key in name:
                 extra = dict(custom_keys[key])
-                settings = dict(lr_mult=extra.pop('lr_mult', 1.0), **extra)
+                lr_mult, decay_mult = extra.pop('lr_mult', 1.0), extra.pop('decay_mult', 1.0)
+                settings = dict(lr_mult=lr_mult, **extra)
                 if self.base_wd is not None:
-                    settings['weight_decay'] = self.base_wd * extra.pop('decay_mult', 1.0)
-                settings.pop('decay_mult', None)
+                    settings['weight_decay'] = self.base_wd * decay_mult
                 return settings
         settings: Dict = dict(lr_mult=1.0)
         if self.base_wd is None:
