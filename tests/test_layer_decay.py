@@ -163,6 +163,27 @@ def test_ours_and_mmpretrains_constructor_agree_in_mmpretrain_scope():
     assert len(theirs.optimizer.param_groups) == len(peer) > 5 * len(ours.optimizer.param_groups)
 
 
+def test_custom_keys_lr_mult_and_bias_decay_on_a_bare_swin():
+    """A bare backbone: lr_mult multiplies the layer scale, the longest custom key wins over
+    the other rules, bias_decay_mult reaches the biases outside norms."""
+    swin = mmvit_ext.MODELS.build(dict(type='SwinTransformer', arch=dict(
+        embed_dims=32, depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 8))))
+    wrapper = build_optim_wrapper(swin, optim_cfg(
+        layer_decay_rate=RATE, bias_decay_mult=0.0,
+        custom_keys={'patch_embed': dict(lr_mult=2.0),
+                     'patch_embed.proj.bias': dict(lr_mult=3.0, decay_mult=0.5),
+                     'relative_position_bias_table': dict(decay_mult=0.0)}))
+    settings = lr_by_param(swin, wrapper.optimizer.param_groups)
+    top = RATE ** 9  # 10 ids: patch_embed is layer 0
+    assert settings['patch_embed.proj.weight'] == pytest.approx((LR * 2 * top, WD), rel=1e-12)
+    assert settings['patch_embed.proj.bias'] == pytest.approx((LR * 3 * top, WD / 2), rel=1e-12)
+    assert settings['patch_embed.norm.bias'] == pytest.approx((LR * 2 * top, WD), rel=1e-12)
+    assert settings['layers.3.blocks.1.mlp.fc1.bias'][1] == 0.0
+    assert settings['layers.3.blocks.1.mlp.fc1.weight'] == pytest.approx((LR * RATE, WD))
+    assert settings['layers.0.blocks.0.attn.rel_pos.relative_position_bias_table'][1] == 0.0
+    assert settings['norm3.weight'] == (LR, WD)  # no norm_decay_mult given: decayed
+
+
 def test_bad_settings_raise():
     with pytest.raises(ValueError, match='layer_decay_rate'):
         mmvit_ext.LayerDecayOptimWrapperConstructor(
