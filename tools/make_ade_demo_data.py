@@ -17,8 +17,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', default='data/demo_ade/ADEChallengeData2016',
                         help='the ADEChallengeData2016 directory to write')
-    parser.add_argument('--num-train', type=int, default=64)
-    parser.add_argument('--num-val', type=int, default=16)
+    parser.add_argument('--num-train', type=int, default=128)
+    parser.add_argument('--num-val', type=int, default=32)
     parser.add_argument('--size', type=int, nargs=2, default=(128, 128), metavar=('H', 'W'))
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--force', action='store_true', help='regenerate even if present')

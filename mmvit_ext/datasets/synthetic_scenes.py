@@ -130,7 +130,7 @@ def render_parsing_scene(rng: np.random.Generator, size: Tuple[int, int]
     return np.clip(image, 0, 255).astype(np.uint8), label_map
 
 
-def generate_demo_ade(root: Union[str, Path], num_train: int = 64, num_val: int = 16,
+def generate_demo_ade(root: Union[str, Path], num_train: int = 128, num_val: int = 32,
                       img_size: Tuple[int, int] = (128, 128), seed: int = 0) -> Dict[str, dict]:
     """Write ``root/images/{training,validation}/*.jpg`` and
     ``root/annotations/{training,validation}/*.png``; ``root`` is the ``ADEChallengeData2016``
