@@ -138,3 +138,10 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
     assert result.returncode != 0 and 'Traceback' not in result.stderr
     assert len(errors) == 1 and f"'{empty}/images/validation' not found" in errors[0]
     assert 'ADEChallengeData2016 layout' in errors[0]
+
+
+def test_new_tools_have_help_with_an_example():
+    for tool in ('make_ade_demo_data.py', 'summarize_seg_demo.py'):
+        result = subprocess.run([sys.executable, f'tools/{tool}', '--help'], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and 'Example' in result.stdout, tool
