@@ -72,7 +72,8 @@ def test_training_beats_untrained_miou(tmp_path):
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)
-    _tool('tools/test.py', str(config), str(untrained_ckpt), '--work-dir', str(tmp_path / 'untrained'))
+    _tool('tools/test.py', str(config), str(untrained_ckpt),
+          '--work-dir', str(tmp_path / 'untrained'))
     untrained_miou = _miou(tmp_path / 'untrained')
 
     work = tmp_path / 'work'
