@@ -5,10 +5,11 @@ IterBasedTrainLoop, and tools/test.py evaluates its checkpoint with mmseg's IoUM
 must be far above the untrained model's, evaluated the same way.
 
 Calibration on the 2-core CPU (2026-11-23), 100 iterations: the untrained model scores mIoU 2.7
-(seed 0); trained, seed 0 (data and training) 49.7, seeds 1 / 2 / 3 57.7 / 60.5 / 50.5 (and 67.7
-after 150 iterations, seed 0); the loss falls from 1.94 to 0.72. The bars, mIoU >= 30 and
->= untrained + 20, sit 20 points under the lowest trained run and ten times above the untrained
-model. Took 138 s with three other jobs on the two cores (58 s of CPU time).
+(seed 0); trained, seed 0 (data and training) 49.7 with one thread, 49.8 with two (rounding),
+seeds 1 / 2 / 3 57.7 / 60.5 / 50.5 (and 67.7 after 150 iterations, seed 0); the loss falls from
+1.94 to 0.72. The bars, mIoU >= 30 and >= untrained + 20, sit 20 points under the lowest trained
+run and ten times above the untrained model. Measured only with three other jobs on the two
+cores: 138 s with OMP_NUM_THREADS=1 (58 s of CPU time), 318 s with the default two threads.
 """
 import json
 import subprocess
