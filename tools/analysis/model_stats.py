@@ -152,26 +152,39 @@ class _Counted(nn.Module):
         return feats, head(feats)
 
 
-def config_stats(path: str, size: Optional[Tuple[int, int]] = None) -> Dict[str, object]:
-    """Params / FLOPs of a config's model and of its backbone at the task's size."""
+def config_stats(path: str, size: Optional[Tuple[int, int]] = None,
+                 flops: bool = True) -> Dict[str, object]:
+    """Params / FLOPs of a config's model and of its backbone at the task's size (one pass)."""
+    from mmengine.analysis import FlopAnalyzer
     model, scope = config_model(path)
     size = tuple(size or TASK_SIZE[scope])
-    whole = count(_Counted(model, scope), size)
-    whole['params'] = float(sum(p.numel() for p in model.parameters()))
-    backbone = count(model.backbone, size)
-    return dict(scope=scope, size=size, form=FORM[scope], params=whole['params'],
-                flops=whole['flops'], backbone_params=backbone['params'],
-                backbone_flops=backbone['flops'])
+    stats = dict(scope=scope, size=size, form=FORM[scope],
+                 params=float(sum(p.numel() for p in model.parameters())),
+                 backbone_params=float(sum(p.numel() for p in model.backbone.parameters())),
+                 flops=None, backbone_flops=None)
+    if flops:
+        for module in model.modules():
+            if isinstance(module, AttentionBase):
+                module.fused = False
+        counted = _Counted(model, scope).eval()
+        with torch.no_grad():
+            analyzer = FlopAnalyzer(counted, (torch.zeros(1, 3, *size),))
+            analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+            by_module = analyzer.by_module()
+        stats.update(flops=float(by_module['']), backbone_flops=float(by_module['model.backbone']))
+    return stats
 
 
-def zoo_rows(paths: Sequence[str], size: Optional[Tuple[int, int]] = None) -> str:
+def zoo_rows(paths: Sequence[str], size: Optional[Tuple[int, int]] = None,
+             flops: bool = True) -> str:
     """Markdown rows: config | params (M) | GFLOPs | backbone params (M) | backbone GFLOPs."""
     rows = ['| config | params (M) | GFLOPs | backbone params (M) | backbone GFLOPs |',
             '|---|---|---|---|---|']
+    fmt = (lambda v, scale, digits: '—' if v is None else f'{v / scale:.{digits}f}')
     for path in paths:
-        s = config_stats(path, size)
-        rows.append(f'| `{path}` | {s["params"] / 1e6:.2f} | {s["flops"] / 1e9:.1f} | '
-                    f'{s["backbone_params"] / 1e6:.2f} | {s["backbone_flops"] / 1e9:.1f} |')
+        s = config_stats(path, size, flops)
+        rows.append(f'| `{path}` | {fmt(s["params"], 1e6, 2)} | {fmt(s["flops"], 1e9, 1)} | '
+                    f'{fmt(s["backbone_params"], 1e6, 2)} | {fmt(s["backbone_flops"], 1e9, 1)} |')
         print(rows[-1], file=sys.stderr, flush=True)
     return '\n'.join(rows)
 
@@ -185,6 +198,8 @@ def main() -> None:
     parser.add_argument('--zoo', nargs='+', metavar='CONFIG', help='markdown rows for configs')
     parser.add_argument('--all', action='store_true',
                         help='markdown table of every preset in classifier form at 224x224')
+    parser.add_argument('--params-only', action='store_true',
+                        help='with --zoo: parameters only (no forward pass; seconds per config)')
     parser.add_argument('--size', type=int, nargs=2, default=None, metavar=('H', 'W'),
                         help='input size (default: 224 224; the task size for configs)')
     args = parser.parse_args()
@@ -196,7 +211,7 @@ def main() -> None:
         print(all_presets_table(size or (224, 224)))
         return
     if args.zoo:
-        print(zoo_rows(args.zoo, size))
+        print(zoo_rows(args.zoo, size, flops=not args.params_only))
         return
     if args.config:
         s = config_stats(args.config, size)
