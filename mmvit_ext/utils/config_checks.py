@@ -60,12 +60,28 @@ def missing_data(cfg: Config, splits: Tuple[str, ...] = ('train', 'val', 'test')
             dataset = dataset['dataset']
         root = dataset.get('data_root', '') or ''
         if root and not osp.isdir(root):
-            problems.append(f'{split}_dataloader.dataset.data_root: dataset root {root!r} not found')
+            problems.append(f'{split}_dataloader.dataset.data_root: dataset root {root!r} '
+                            f'not found{_layout_hint(dataset)}')
             continue
         ann = dataset.get('ann_file')
         if ann and not osp.isfile(osp.join(root, ann)) and not osp.isdir(osp.join(root, ann)):
             problems.append(f'{split}_dataloader.dataset.ann_file: {osp.join(root, ann)!r} not found')
+        elif not ann:  # a dataset that scans folders (mmseg): each folder must be there
+            for key, folder in sorted((dataset.get('data_prefix') or {}).items()):
+                if folder and not osp.isdir(osp.join(root, folder)):
+                    problems.append(f'{split}_dataloader.dataset.data_prefix.{key}: folder '
+                                    f'{osp.join(root, folder)!r} not found{_layout_hint(dataset)}')
     return problems
+
+
+def _layout_hint(dataset: dict) -> str:
+    prefix = dataset.get('data_prefix') or {}
+    if 'ADE20K' in str(dataset.get('type', '')) or (
+            str(prefix.get('img_path', '')).startswith('images/')
+            and str(prefix.get('seg_map_path', '')).startswith('annotations/')):
+        return (' (the ADEChallengeData2016 layout: images/{training,validation}/*.jpg, '
+                'annotations/{training,validation}/*.png; tools/make_ade_demo_data.py writes one)')
+    return ''
 
 
 def neck_channel_mismatch(cfg: Config) -> List[str]:
@@ -81,7 +97,8 @@ def neck_channel_mismatch(cfg: Config) -> List[str]:
         return [f'model.backbone.type: {backbone["type"]!r} is not registered in mmvit_ext']
     channels = list(cls(**settings).out_channels)
     problems = []
-    for name in ('neck', 'decode_head'):
+    # the module reading the backbone: the neck, or without one the decode head (UperNet)
+    for name in ('neck',) if isinstance(model.get('neck'), dict) else ('decode_head',):
         head = model.get(name)
         if isinstance(head, dict) and 'in_channels' in head:
             given = head['in_channels']
