@@ -9,10 +9,14 @@ untouched: ours live only in this scope.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import Registry
 
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
                   locations=['mmvit_ext.backbones'])
 HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvit_ext', locations=['mmvit_ext.engine'])
+OPTIM_WRAPPER_CONSTRUCTORS = Registry(
+    'optimizer wrapper constructor', parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
+    scope='mmvit_ext', locations=['mmvit_ext.optim'])
 
-__all__ = ['MODELS', 'HOOKS']
+__all__ = ['MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS']

@@ -136,5 +136,31 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
                         f'test_dataloader.dataset.data_root={empty}', *options)
     errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
     assert result.returncode != 0 and 'Traceback' not in result.stderr
-    assert len(errors) == 1 and f"'{empty}/images/validation' not found" in errors[0]
+    assert len(errors) == 1 and 'data_prefix: folders' in errors[0]
+    assert f"'{empty}/images/validation', '{empty}/annotations/validation' not found" in errors[0]
     assert 'ADEChallengeData2016 layout' in errors[0]
+
+
+def test_new_tools_have_help_with_an_example():
+    for tool in ('make_ade_demo_data.py', 'summarize_seg_demo.py'):
+        result = subprocess.run([sys.executable, f'tools/{tool}', '--help'], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and 'Example' in result.stdout, tool
+
+
+def test_prechecks_of_the_demo_config():
+    """tools/train.py's channel pre-check compares the backbone with the module reading it: the
+    FPN neck here (the decode head reads the neck), the decode head in UperNet (no neck)."""
+    from mmengine.config import Config
+    from mmvit_ext.utils.config_checks import neck_channel_mismatch
+    cfg = Config.fromfile(str(ROOT / 'configs/demo/fpn_pvtv2_b0_ade_demo.py'))
+    assert neck_channel_mismatch(cfg) == []
+    cfg.model.neck.in_channels = [64, 128, 320, 512]
+    (problem,) = neck_channel_mismatch(cfg)
+    assert 'model.neck.in_channels=[64, 128, 320, 512]' in problem
+    assert 'use in_channels=[32, 64, 160, 256]' in problem
+    upernet = Config.fromfile(str(ROOT / 'configs/upernet_swin_t_512x512_160k_ade20k.py'))
+    assert neck_channel_mismatch(upernet) == []
+    upernet.model.decode_head.in_channels = [32, 64, 160, 256]
+    (problem,) = neck_channel_mismatch(upernet)
+    assert 'use in_channels=[96, 192, 384, 768]' in problem

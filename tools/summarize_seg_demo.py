@@ -14,7 +14,7 @@ import numpy as np
 
 from mmvit_ext.utils.demo_report import latest_test_metrics
 
-IGNORE_COLOUR = (0, 0, 0)  # label 0 ("other"): ignored by training and by the metric
+IGNORE_COLOUR = (255, 255, 255)  # label 0 ("other"): ignored by training and by the metric
 
 
 def colourise(labels: np.ndarray, palette: Sequence[Tuple[int, int, int]]) -> np.ndarray:
@@ -52,8 +52,10 @@ def draw(rows: List[Tuple[np.ndarray, np.ndarray, np.ndarray]], classes: Sequenc
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(name, fontsize=9)
-    handles = [Patch(color=np.asarray(c) / 255, label=n) for n, c in zip(classes, palette)]
-    handles.append(Patch(color=np.asarray(IGNORE_COLOUR) / 255, label='other (ignored)'))
+    handles = [Patch(facecolor=np.asarray(c) / 255, edgecolor='grey', label=n)
+               for n, c in zip(classes, palette)]
+    handles.append(Patch(facecolor=np.asarray(IGNORE_COLOUR) / 255, edgecolor='grey',
+                         label='other (ignored)'))
     fig.legend(handles=handles, loc='lower center', ncol=6, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.9 / (2.5 * len(rows) + 0.9), 1, 0.97))

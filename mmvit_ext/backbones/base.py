@@ -225,6 +225,29 @@ class BaseBackbone(BaseModule):
         print_log(f'{type(self).__name__} ({prefix or "model"}): {current_source()}\n'
                   f'{self.load_report.summary()}', logger='current')
 
+    # ---- layer-wise lr decay -----------------------------------------------------------------
+    def layer_depth_groups(self) -> List[Tuple[str, ...]]:
+        """Parameter-name prefixes (module or parameter names, no trailing dot) of every layer
+        id from 0 (the embeddings) upwards; names in no group (output norms, the pyramid) take
+        the top id. Families return this as data; :meth:`get_layer_depth` resolves it."""
+        raise NotImplementedError(f'{type(self).__name__} defines no layer_depth_groups(), which '
+                                  f'get_layer_depth (layer-wise lr decay) needs')
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """``(layer_id, num_layers)`` of a parameter, mmpretrain's convention: 0 the embeddings,
+        then the built blocks bottom-up, ``num_layers - 1`` everything else (output norms, the
+        pyramid, and any name outside ``prefix``: the neck and heads of a whole model).
+        ``num_layers`` counts the blocks this instance builds (+2)."""
+        groups = self.layer_depth_groups()
+        num_layers = len(groups) + 1
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        for layer_id, names in enumerate(groups):
+            if any(name == p or name.startswith(p + '.') for p in names):
+                return layer_id, num_layers
+        return num_layers - 1, num_layers
+
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         """Key prefixes of the full architecture's parts that this instance does not build
         (levels after the last of ``out_indices``, output norms it does not use...)."""

@@ -285,6 +285,13 @@ class PlainViTBase(BaseBackbone):
             return list(zip(pyramid_channels(self.embed_dims), (4, 8, 16, 32)))
         return super().output_spec()
 
+    def layer_depth_groups(self) -> List[Tuple[str, ...]]:
+        """Embeddings (patch, position, class token) 0, block i i+1, then CaiT's
+        class-attention blocks; the final norm and the pyramid take the top id."""
+        return [('patch_embed', 'pos_embed', 'cls_token'),
+                *((f'blocks.{i}',) for i in range(len(self.blocks))),
+                *((f'cls_blocks.{i}',) for i in range(len(self.cls_blocks or ())))]
+
     # ---- training behaviour ------------------------------------------------------------------
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:

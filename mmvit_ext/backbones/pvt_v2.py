@@ -142,6 +142,16 @@ class PyramidVisionTransformerV2(BaseBackbone):
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         return tuple(f'layers.{i}.' for i in range(len(self.layers), self.num_outputs))
 
+    def layer_depth_groups(self) -> List[Tuple[str, ...]]:
+        """One id per block across stages, as Swin's: the first patch embedding is layer 0; a
+        stage's norm and the next stage's patch embedding (its downsampling, Swin's patch
+        merging) go with the stage's last block."""
+        groups: List[Tuple[str, ...]] = [('layers.0.patch_embed',)]
+        for i, stage in enumerate(self.layers):
+            groups += [(f'layers.{i}.blocks.{j}',) for j in range(len(stage.blocks))]
+            groups[-1] += (f'layers.{i}.norm', f'layers.{i + 1}.patch_embed')
+        return groups
+
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
             return []

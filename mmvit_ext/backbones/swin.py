@@ -224,6 +224,15 @@ class SwinTransformer(BaseBackbone):
                 f'layers.{last}.downsample.',
                 *(f'norm{i}.' for i in range(self.num_outputs) if i not in self.out_indices))
 
+    def layer_depth_groups(self) -> List[Tuple[str, ...]]:
+        """mmpretrain's Swin ids: one per block across stages; a stage's patch merging goes
+        with its last block. Unlike mmpretrain, the absolute position embedding is layer 0."""
+        groups: List[Tuple[str, ...]] = [('patch_embed', 'absolute_pos_embed')]
+        for i, stage in enumerate(self.layers):
+            groups += [(f'layers.{i}.blocks.{j}',) for j in range(len(stage.blocks))]
+            groups[-1] += (f'layers.{i}.downsample',)
+        return groups
+
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
             return []

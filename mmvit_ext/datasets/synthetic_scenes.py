@@ -102,7 +102,8 @@ def _other(rng: np.random.Generator, size: Tuple[int, int]) -> np.ndarray:
     """An unlabelled region: a noisy colour gradient (as the COCO demo's background)."""
     h, w = size
     c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
-    t = np.linspace(0, 1, w)[None, :] * rng.uniform() + np.linspace(0, 1, h)[:, None] * rng.uniform()
+    t = (np.linspace(0, 1, w)[None, :] * rng.uniform()
+         + np.linspace(0, 1, h)[:, None] * rng.uniform())
     t = t / max(t.max(), 1e-6)
     return c0 * (1 - t[..., None]) + c1 * t[..., None] + rng.normal(0, 12, (h, w, 3))
 

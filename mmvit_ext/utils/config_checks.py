@@ -67,10 +67,13 @@ def missing_data(cfg: Config, splits: Tuple[str, ...] = ('train', 'val', 'test')
         if ann and not osp.isfile(osp.join(root, ann)) and not osp.isdir(osp.join(root, ann)):
             problems.append(f'{split}_dataloader.dataset.ann_file: {osp.join(root, ann)!r} not found')
         elif not ann:  # a dataset that scans folders (mmseg): each folder must be there
-            for key, folder in sorted((dataset.get('data_prefix') or {}).items()):
-                if folder and not osp.isdir(osp.join(root, folder)):
-                    problems.append(f'{split}_dataloader.dataset.data_prefix.{key}: folder '
-                                    f'{osp.join(root, folder)!r} not found{_layout_hint(dataset)}')
+            absent = [repr(osp.join(root, folder)) for _, folder in
+                      sorted((dataset.get('data_prefix') or {}).items())
+                      if folder and not osp.isdir(osp.join(root, folder))]
+            if absent:
+                noun = 'folders' if len(absent) > 1 else 'folder'
+                problems.append(f'{split}_dataloader.dataset.data_prefix: {noun} '
+                                f'{", ".join(absent)} not found{_layout_hint(dataset)}')
     return problems
 
 

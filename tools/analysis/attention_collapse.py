@@ -24,7 +24,7 @@ import copy
 import csv
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -109,28 +109,42 @@ def write_csv(out: Path, stats: CollapseStats, plain: CollapseStats = None) -> N
             writer.writerow(row)
 
 
+def y_limits(*curves: torch.Tensor) -> tuple:
+    """0 to 1.02, extended below 0 when a curve goes negative (cosine similarities can)."""
+    values = torch.cat([c[~torch.isnan(c)] for c in curves])
+    low = float(values.min()) if values.numel() else 0.0
+    return (0.0 if low >= 0 else float(np.floor((low - 0.02) * 10) / 10), 1.02)
+
+
 def plot(out: Path, stats: CollapseStats, title: str, plain: CollapseStats = None) -> None:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     n = stats.similarity.shape[0]
     fig, ax = plt.subplots(figsize=(5, 4.2), dpi=100)
-    image = ax.imshow(stats.similarity.numpy(), vmin=0, vmax=1, cmap='viridis')
+    image = ax.imshow(stats.similarity.numpy(), vmin=y_limits(stats.similarity.flatten())[0],
+                      vmax=1, cmap='viridis')
     ax.set(xlabel='layer q', ylabel='layer p', title=f'{title}: cross-layer similarity')
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label='cosine similarity S[p, q]')
     fig.tight_layout()
     fig.savefig(out / 'similarity_heatmap.png')
     plt.close(fig)
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), dpi=100)
     layers = np.arange(n)
-    curves = (('nearest', f'similarity to {stats.k} nearest layers'),
-              ('similar_ratio', f'similar-block ratio (S >= {stats.threshold})'),
-              ('cross_head', 'cross-head similarity'), ('evolution', 'feature evolution'))
-    for ax, (attr, label) in zip(axes, curves):
-        ax.plot(layers, getattr(stats, attr).numpy(), 'o-', label=title)
+    curves = (('nearest', f'similarity to {stats.k} nearest layers', 'mean cosine similarity'),
+              ('similar_ratio', f'similar-block ratio (S >= {stats.threshold})',
+               'share of other blocks'),
+              ('cross_head', 'cross-head similarity', 'mean cosine similarity'),
+              ('evolution', 'feature evolution', 'cosine similarity to previous block'))
+    for ax, (attr, label, ylabel) in zip(axes, curves):
+        values = [getattr(stats, attr)] + ([getattr(plain, attr)] if plain is not None else [])
+        ax.plot(layers, values[0].numpy(), 'o-', label=title)
         if plain is not None:
-            ax.plot(layers, getattr(plain, attr).numpy(), 's--', label='plain attention')
-        ax.set(xlabel='block', title=label, ylim=(0, 1.02))
+            ax.plot(layers, values[1].numpy(), 's--', label='plain attention')
+        ax.axhline(0, color='grey', linewidth=0.6)
+        ax.set(xlabel='block', ylabel=ylabel, title=label, ylim=y_limits(*values))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -138,7 +152,42 @@ def plot(out: Path, stats: CollapseStats, title: str, plain: CollapseStats = Non
     plt.close(fig)
 
 
-def main() -> None:
+def transform_blocks(model: nn.Module) -> List[int]:
+    """Blocks whose attention has map transforms (DeepViT re-attention, CaiT talking heads)."""
+    return [i for i, attn in enumerate(attention_modules(model)) if len(attn.map_transforms)]
+
+
+def nearest_means(stats: CollapseStats, blocks: List[int]) -> dict:
+    """Mean similarity to the k nearest layers over all blocks, over ``blocks`` and the rest."""
+    n = stats.nearest.shape[0]
+    rest = [i for i in range(n) if i not in blocks]
+    means = dict(all=float(torch.nanmean(stats.nearest)))
+    for key, subset in (('transform', blocks), ('other', rest)):
+        means[key] = float(torch.nanmean(stats.nearest[subset])) if subset else float('nan')
+    return means
+
+
+def span(blocks: List[int]) -> str:
+    """[11, 12, 13] -> '11-13'."""
+    if blocks and blocks == list(range(blocks[0], blocks[-1] + 1)):
+        return f'{blocks[0]}-{blocks[-1]}' if len(blocks) > 1 else str(blocks[0])
+    return ','.join(map(str, blocks))
+
+
+def summary_line(name: str, stats: CollapseStats, blocks: List[int],
+                 note: str = 'map transforms') -> str:
+    """The figures the README quotes: the means of :func:`nearest_means`."""
+    means = nearest_means(stats, blocks)
+    n = stats.nearest.shape[0]
+    line = (f'{name}: mean similarity to {stats.k} nearest layers {means["all"]:.3f} over all '
+            f'{n} blocks')
+    if blocks:
+        line += (f', {means["transform"]:.3f} over blocks {span(blocks)} ({note}), '
+                 f'{means["other"]:.3f} over the other blocks')
+    return line
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('backbone', help='FAMILY:ARCH, e.g. deepvit:s, cait:xxs24, swin:tiny')
@@ -153,29 +202,37 @@ def main() -> None:
     parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
                         help='backbone arguments (Python literals), e.g. window_size=14')
     parser.add_argument('--out', default='work_dirs/attention_collapse')
-    args = parser.parse_args()
+    parser.add_argument('--seed', type=int, default=0, help='seed of the random weights')
+    return parser.parse_args(argv)
+
+
+def measure(args: argparse.Namespace, progress: Optional[Callable] = None
+            ) -> Tuple[nn.Module, CollapseStats, Optional[CollapseStats]]:
+    """(model, its statistics, those of plain attention or ``None``) for parsed arguments."""
     from benchmark import parse_settings
-    from mmengine.utils import track_iter_progress
+    torch.manual_seed(args.seed)  # untrained weights: the same figures on every run
     model = build(args.backbone, args.checkpoint, parse_settings(args.set))
     images = load_images(args.images, args.num_images, args.size)
-
-    def progress(items):
-        return track_iter_progress(list(items), file=sys.stderr)
-
     stats = collapse_stats(model, batches(images, args.batch), args.k, args.threshold, progress)
     plain = (collapse_stats(without_transforms(model), batches(images, args.batch), args.k,
                             args.threshold, progress) if args.compare_plain else None)
+    return model, stats, plain
+
+
+def main() -> None:
+    from mmengine.utils import track_iter_progress
+    args = parse_args()
+    model, stats, plain = measure(
+        args, lambda items: track_iter_progress(list(items), file=sys.stderr))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out, stats, plain)
     plot(out, stats, args.backbone, plain)
-    mean = float(torch.nanmean(stats.nearest))
-    line = f'{args.backbone}: {stats.num_images} images, mean similarity to {args.k} nearest ' \
-           f'layers {mean:.3f}'
+    blocks = transform_blocks(model)
+    print(f'{stats.num_images} images; ' + summary_line(args.backbone, stats, blocks))
     if plain is not None:
-        line += f' (plain attention: {float(torch.nanmean(plain.nearest)):.3f})'
-    print(line + f'; wrote {out}/similarity.csv, layers.csv, similarity_heatmap.png, '
-                 f'collapse_curves.png')
+        print(summary_line('plain attention', plain, blocks, 'transforms removed'))
+    print(f'wrote {out}/similarity.csv, layers.csv, similarity_heatmap.png, collapse_curves.png')
 
 
 if __name__ == '__main__':

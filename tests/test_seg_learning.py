@@ -1,0 +1,92 @@
+"""Proof of learning for segmentation: tools/train.py trains the demo's Semantic FPN + PVTv2-b0
+(configs/demo/fpn_pvtv2_b0_ade_demo.py, shortened to TRAIN_ITERS iterations of batch 8 at
+128 px) on a freshly generated ADE20K-format demo set (64 train / 16 val) with mmseg's
+IterBasedTrainLoop, and tools/test.py evaluates its checkpoint with mmseg's IoUMetric; val mIoU
+must be far above the untrained model's, evaluated the same way.
+
+Calibration on the 2-core CPU (2026-11-23), 100 iterations: the untrained model scores mIoU 2.7
+(seed 0); trained, seed 0 (data and training) 49.7, seeds 1 / 2 / 3 57.7 / 60.5 / 50.5 (and 67.7
+after 150 iterations, seed 0); the loss falls from 1.94 to 0.72. The bars, mIoU >= 30 and
+>= untrained + 20, sit 20 points under the lowest trained run and ten times above the untrained
+model. Took 138 s with three other jobs on the two cores (58 s of CPU time).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from mmvit_ext.datasets import generate_demo_ade
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_ITERS = 100
+MIN_TRAINED_MIOU = 30.0
+MIN_GAIN = 20.0
+
+
+def _short_config(tmp: Path, data_root: Path) -> Path:
+    path = tmp / 'short_seg_demo.py'
+    path.write_text(f'''
+_base_ = {str(ROOT / 'configs/demo/fpn_pvtv2_b0_ade_demo.py')!r}
+data_root = {str(data_root)!r}
+train_dataloader = dict(dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+train_cfg = dict(max_iters={TRAIN_ITERS}, val_interval={TRAIN_ITERS + 1})  # no val in training
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=30, end={TRAIN_ITERS}, by_epoch=False),
+]
+default_hooks = dict(checkpoint=dict(interval={TRAIN_ITERS}),
+                     logger=dict(interval=10))
+randomness = dict(seed=0)
+''')
+    return path
+
+
+def _tool(*args: str) -> None:
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def _miou(test_dir: Path) -> float:
+    from mmvit_ext.utils.demo_report import latest_test_metrics
+    return latest_test_metrics(test_dir)['mIoU']
+
+
+def test_training_beats_untrained_miou(tmp_path):
+    data_root = tmp_path / 'ADEChallengeData2016'
+    generate_demo_ade(data_root, num_train=64, num_val=16, img_size=(128, 128), seed=0)
+    config = _short_config(tmp_path, data_root)
+
+    # the untrained model, initialised as training would, in mmengine's checkpoint format
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    import mmseg.models  # noqa: F401
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        untrained = MODELS.build(Config.fromfile(str(config)).model)
+    untrained.init_weights()
+    untrained_ckpt = tmp_path / 'untrained.pth'
+    torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)
+    _tool('tools/test.py', str(config), str(untrained_ckpt),
+          '--work-dir', str(tmp_path / 'untrained'))
+    untrained_miou = _miou(tmp_path / 'untrained')
+
+    work = tmp_path / 'work'
+    _tool('tools/train.py', str(config), '--work-dir', str(work))
+    checkpoint = Path((work / 'last_checkpoint').read_text().strip())
+    assert checkpoint.name == f'iter_{TRAIN_ITERS}.pth'
+    _tool('tools/test.py', str(config), str(checkpoint), '--work-dir', str(tmp_path / 'trained'))
+    trained_miou = _miou(tmp_path / 'trained')
+    losses = [json.loads(line)['loss'] for line in
+              next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()
+              if '"loss"' in line]
+    print(f'val mIoU untrained {untrained_miou:.2f} -> trained {trained_miou:.2f}; '
+          f'loss {losses[0]:.2f} -> {losses[-1]:.2f}')
+    assert losses[-1] < 0.6 * losses[0]
+    assert trained_miou >= MIN_TRAINED_MIOU
+    assert trained_miou >= untrained_miou + MIN_GAIN
