@@ -1,4 +1,5 @@
-# Mask R-CNN + FPN, PVTv2-b1, COCO 3x multi-scale. Weights: official pvt_v2_b1.pth (github.com/whai362/PVT/releases/download/v2).
+# Mask R-CNN + FPN, PVTv2-b1, COCO 3x multi-scale. Weights: official pvt_v2_b1.pth
+# (github.com/whai362/PVT/releases/download/v2).
 _base_ = '../_base_/mask_rcnn_ms_3x.py'
 
 model = dict(

@@ -1,4 +1,5 @@
-# RetinaNet + FPN, PVTv2-b3, COCO 1x (PVTv2 paper recipe). Weights: official pvt_v2_b3.pth (github.com/whai362/PVT/releases/download/v2).
+# RetinaNet + FPN, PVTv2-b3, COCO 1x (PVTv2 paper recipe). Weights: official pvt_v2_b3.pth
+# (github.com/whai362/PVT/releases/download/v2).
 _base_ = '../_base_/retinanet_1x.py'
 
 model = dict(

@@ -2,5 +2,6 @@
 _base_ = '../_base_/cls_in1k.py'
 
 model = dict(
-    backbone=dict(type='mmvit_ext.PyramidVisionTransformerV2', arch='b0', drop_path_rate=0.1, out_indices=(3,)),
+    backbone=dict(type='mmvit_ext.PyramidVisionTransformerV2', arch='b0',
+                  drop_path_rate=0.1, out_indices=(3,)),
     head=dict(in_channels=256))

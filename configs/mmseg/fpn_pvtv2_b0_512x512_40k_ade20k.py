@@ -1,4 +1,5 @@
-# Semantic FPN, PVTv2-b0, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official pvt_v2_b0.pth.
+# Semantic FPN, PVTv2-b0, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official
+# pvt_v2_b0.pth.
 _base_ = '../_base_/fpn_40k.py'
 
 model = dict(

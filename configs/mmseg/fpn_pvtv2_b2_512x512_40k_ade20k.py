@@ -1,4 +1,5 @@
-# Semantic FPN, PVTv2-b2, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official pvt_v2_b2.pth.
+# Semantic FPN, PVTv2-b2, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official
+# pvt_v2_b2.pth.
 _base_ = '../_base_/fpn_40k.py'
 
 model = dict(

@@ -1,4 +1,5 @@
-# Semantic FPN, PVTv2-b3, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official pvt_v2_b3.pth.
+# Semantic FPN, PVTv2-b3, ADE20K 512x512, 40k (PVTv2 paper recipe). Weights: official
+# pvt_v2_b3.pth.
 _base_ = '../_base_/fpn_40k.py'
 
 model = dict(

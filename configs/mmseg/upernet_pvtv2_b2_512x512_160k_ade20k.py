@@ -1,4 +1,5 @@
-# UperNet, PVTv2-b2, ADE20K 512x512, 160k (the Swin UperNet recipe). Weights: official pvt_v2_b2.pth.
+# UperNet, PVTv2-b2, ADE20K 512x512, 160k (the Swin UperNet recipe). Weights: official
+# pvt_v2_b2.pth.
 _base_ = '../_base_/upernet_160k.py'
 
 model = dict(
