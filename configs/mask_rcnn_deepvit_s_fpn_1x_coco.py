@@ -1,15 +1,10 @@
-# Mask R-CNN + FPN with our DeepViT-S on COCO, 1x schedule (12 epochs, 16 images per step).
+# Mask R-CNN + FPN with our DeepViT-S on COCO, 1x schedule (12 epochs, 16 images per step),
+# layer-wise lr decay (ViTDet).
 # The plain-ViT trunk runs 14x14 window attention with global attention in a few blocks and a
 # built-in simple feature pyramid (strides 4/8/16/32, ViTDet style), so the stock FPN takes it.
 # Weights: the official ImageNet-1k checkpoint at checkpoints/deepvit_s.pth.tar (auto-detected and converted;
 # its position embedding is resized to the input on the fly).
-_base_ = [
-    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
-    'mmdet::_base_/datasets/coco_instance.py',
-    'mmdet::_base_/schedules/schedule_1x.py',
-    'mmdet::_base_/default_runtime.py',
-]
-custom_imports = dict(imports=['mmvit_ext'], allow_failed_imports=False)
+_base_ = ['./_base_/mask_rcnn_1x.py', './_base_/layer_decay.py']
 
 pretrained = 'checkpoints/deepvit_s.pth.tar'
 model = dict(
@@ -23,14 +18,5 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[99, 198, 396, 396]))
 
-optim_wrapper = dict(
-    _delete_=True,
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(custom_keys={
-        'pos_embed': dict(decay_mult=0.0),
-        'cls_token': dict(decay_mult=0.0),
-        'norm': dict(decay_mult=0.0),
-        'gamma': dict(decay_mult=0.0),
-    }))
-auto_scale_lr = dict(enable=False, base_batch_size=16)
+# layer-wise lr decay 0.75 (ViTDet), AdamW, no decay on norms / position table / class token
+optim_wrapper = _base_.layer_decay_optim_wrapper

@@ -1,11 +1,5 @@
 # RetinaNet + FPN with our PVTv2-b2 on COCO, 1x (AdamW lr 1e-4, weight decay 1e-4, 16 images).
-_base_ = [
-    'mmdet::_base_/models/retinanet_r50_fpn.py',
-    'mmdet::_base_/datasets/coco_detection.py',
-    'mmdet::_base_/schedules/schedule_1x.py',
-    'mmdet::_base_/default_runtime.py',
-]
-custom_imports = dict(imports=['mmvit_ext'], allow_failed_imports=False)
+_base_ = './_base_/retinanet_1x.py'
 
 pretrained = 'checkpoints/pvt_v2_b2.pth'
 model = dict(
@@ -18,6 +12,4 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[64, 128, 320, 512]))
 
-optim_wrapper = dict(
-    optimizer=dict(_delete_=True, type='AdamW', lr=1e-4, weight_decay=1e-4))
-auto_scale_lr = dict(enable=False, base_batch_size=16)
+optim_wrapper = dict(optimizer=dict(weight_decay=1e-4))  # PVTv2 paper: wd 1e-4

@@ -84,7 +84,7 @@ def workspace(tmp_path_factory):
 
 def _run(cmd, root, timeout=600):
     env = {**os.environ, 'PYTHONPATH': f'{root}{os.pathsep}{os.environ.get("PYTHONPATH", "")}',
-           'PORT': '29517', 'OMP_NUM_THREADS': '1'}
+           'PORT': '29517', 'OMP_NUM_THREADS': '1', 'PYTHON': sys.executable}
     env['PATH'] = f'{Path(sys.executable).parent}{os.pathsep}{env["PATH"]}'
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=timeout)

@@ -60,7 +60,9 @@ param_scheduler = [
          gamma=0.1),
 ]
 # from scratch and short: a higher lr than the 1x recipe, one step down near the end
-optim_wrapper = dict(optimizer=dict(lr=1e-3), clip_grad=dict(max_norm=5.0, norm_type=2))
+# (no paramwise rules: decay on every tensor, as this demo was measured)
+optim_wrapper = dict(optimizer=dict(lr=1e-3), clip_grad=dict(max_norm=5.0, norm_type=2),
+                     paramwise_cfg=dict(_delete_=True))
 default_hooks = dict(checkpoint=dict(interval=max_epochs, max_keep_ckpts=1),
                      logger=dict(interval=16))
 auto_scale_lr = dict(enable=False, base_batch_size=4)

@@ -1,4 +1,6 @@
-# ImageNet-1k classifier with our Refined-ViT-S (mmpretrain): the DeepViT-S recipe, backbone swapped.
-_base_ = './deepvit_s_in1k.py'
+# ImageNet-1k classifier, RefinedViT s, the shared 224x224 recipe (drop path 0.1).
+_base_ = '../_base_/cls_in1k.py'
 
-model = dict(backbone=dict(type='mmvit_ext.RefinedViT', arch='s'), head=dict(in_channels=384))
+model = dict(
+    backbone=dict(type='mmvit_ext.RefinedViT', arch='s', out_type='cls_token', drop_path_rate=0.1),
+    neck=None, head=dict(in_channels=384))

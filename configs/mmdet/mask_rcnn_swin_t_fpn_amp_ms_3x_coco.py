@@ -1,0 +1,4 @@
+# Mask R-CNN + FPN, Swin-T, COCO 3x multi-scale with mixed precision (as mmdet ships).
+_base_ = './mask_rcnn_swin_t_fpn_ms_3x_coco.py'
+
+optim_wrapper = dict(type='AmpOptimWrapper')

@@ -1,0 +1,6 @@
+# ImageNet-1k classifier, CaiT xs24, the shared 224x224 recipe (drop path 0.05).
+_base_ = '../_base_/cls_in1k.py'
+
+model = dict(
+    backbone=dict(type='mmvit_ext.CaiT', arch='xs24', out_type='cls_token', drop_path_rate=0.05),
+    neck=None, head=dict(in_channels=288))
