@@ -14,12 +14,21 @@ def _seed():
     torch.manual_seed(0)
 
 
+def _scope_baseline() -> dict:
+    from mmengine.registry import DefaultScope
+    return DefaultScope._instance_dict.copy()
+
+
+_SCOPES_AT_START = _scope_baseline()
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_default_scope():
-    """A runner built by one test makes its scope mmengine's current default scope for every
-    later test (registries then resolve names in that scope); restore the set after each test."""
+    """A runner built by one test, or by a module-scoped fixture (which runs before this
+    fixture), makes its scope mmengine's current default scope for every later test
+    (registries then resolve names in that scope); restore the session's starting set after
+    each test."""
     from mmengine.registry import DefaultScope
-    before = DefaultScope._instance_dict.copy()
     yield
     DefaultScope._instance_dict.clear()
-    DefaultScope._instance_dict.update(before)
+    DefaultScope._instance_dict.update(_SCOPES_AT_START)

@@ -21,7 +21,8 @@ def load_tool():
 
 def readme_command_and_paragraph():
     readme = (ROOT / 'README.md').read_text()
-    command = re.search(r'^python tools/analysis/attention_collapse\.py (.*)$', readme, re.M)
+    command = re.search(r'^(?:\.venv/bin/)?python tools/analysis/attention_collapse\.py (.*)$',
+                        readme, re.M)
     paragraph = re.search(r'`attention_collapse\.py` computes.*?\n\n', readme, re.S)
     assert command and paragraph, 'README lost the attention_collapse command or paragraph'
     return shlex.split(command.group(1).split('#')[0]), ' '.join(paragraph.group(0).split())
