@@ -11,13 +11,14 @@ Annotations follow ADE20K: ``uint8`` PNG, 0 = other / unlabelled, classes 1..K; 
 ``reduce_zero_label=True`` turns them into 0..K-1 and 0 into the ignore index 255, so mmseg's
 ``ADE20KDataset`` loads the set unchanged. Deterministic by seed.
 """
-import json
 import math
 from pathlib import Path
 from typing import Dict, Tuple, Union
 
 import numpy as np
 from PIL import Image
+
+from .ready import is_ready, write_ready
 
 SCENE_CLASSES = ('hstripes', 'vstripes', 'dstripes', 'checkers', 'dots', 'crosshatch',
                  'rings', 'waves', 'blobs', 'grain')
@@ -156,17 +157,11 @@ def generate_demo_ade(root: Union[str, Path], num_train: int = 128, num_val: int
         share = pixels / max(pixels.sum(), 1)
         summary[split] = dict(images=count, pixel_share={
             name: round(float(s), 4) for name, s in zip(('other', *SCENE_CLASSES), share)})
-    (root / 'READY').write_text(json.dumps(dict(num_train=num_train, num_val=num_val,
-                                                img_size=list(img_size), seed=seed,
-                                                version=VERSION)))
+    write_ready(root, VERSION, num_train=num_train, num_val=num_val, img_size=img_size,
+                seed=seed)
     return summary
 
 
 def demo_ade_ready(root: Union[str, Path], **settings) -> bool:
     """True when ``root`` holds a finished ADE-format demo set made with these settings."""
-    marker = Path(root) / 'READY'
-    if not marker.is_file():
-        return False
-    made = json.loads(marker.read_text())
-    return made.get('version') == VERSION and all(
-        made.get(k) == (list(v) if isinstance(v, tuple) else v) for k, v in settings.items())
+    return is_ready(root, VERSION, **settings)

@@ -14,6 +14,8 @@ from typing import Dict, List, Tuple, Union
 import numpy as np
 from PIL import Image
 
+from .ready import is_ready, write_ready
+
 CLASSES = ('circle', 'square', 'triangle', 'star', 'hexagon')
 MIN_VISIBLE = 0.6  # an occluded object keeps at least this fraction of its pixels
 VERSION = 2  # bump when the generator's output changes, so stale sets are rewritten
@@ -141,17 +143,11 @@ def generate_demo_coco(root: Union[str, Path], num_train: int = 64, num_val: int
                      for i, n in enumerate(CLASSES)}
         summary[split] = dict(images=len(images), annotations=len(annotations),
                               per_class=per_class)
-    (root / 'READY').write_text(json.dumps(dict(num_train=num_train, num_val=num_val,
-                                                img_size=list(img_size), seed=seed,
-                                                version=VERSION)))
+    write_ready(root, VERSION, num_train=num_train, num_val=num_val, img_size=img_size,
+                seed=seed)
     return summary
 
 
 def demo_data_ready(root: Union[str, Path], **settings) -> bool:
     """True when ``root`` holds a finished set made with these settings."""
-    marker = Path(root) / 'READY'
-    if not marker.is_file():
-        return False
-    made = json.loads(marker.read_text())
-    return made.get('version') == VERSION and all(
-        made.get(k) == (list(v) if isinstance(v, tuple) else v) for k, v in settings.items())
+    return is_ready(root, VERSION, **settings)
