@@ -11,11 +11,10 @@ cannot reach it: it needs boxes that overlap the shapes at IoU >= 0.5 for a shar
 objects. The loss must also fall by a quarter. Takes about 8 minutes.
 """
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
+from tool_runner import run_tool
 
 from mmvit_ext.datasets import generate_demo_coco
 
@@ -43,13 +42,6 @@ randomness = dict(seed=0)
     return path
 
 
-def _tool(*args: str) -> str:
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
-
-
 def _bbox_map(test_dir: Path) -> float:
     from mmvit_ext.utils.demo_report import latest_test_metrics
     return latest_test_metrics(test_dir)['coco/bbox_mAP']
@@ -72,14 +64,15 @@ def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)
-    _tool('tools/test.py', str(config), str(untrained_ckpt), '--work-dir', str(tmp_path / 'untrained'))
+    run_tool('tools/test.py', str(config), str(untrained_ckpt),
+             '--work-dir', str(tmp_path / 'untrained'))
     untrained_map = _bbox_map(tmp_path / 'untrained')
 
-    _tool('tools/train.py', str(config), '--work-dir', str(work))
+    run_tool('tools/train.py', str(config), '--work-dir', str(work))
     checkpoint = Path((work / 'last_checkpoint').read_text().strip())
     assert checkpoint.name == f'epoch_{TRAIN_EPOCHS}.pth'
-    _tool('tools/test.py', str(config), str(checkpoint), '--work-dir', str(tmp_path / 'trained'),
-          '--out', str(tmp_path / 'preds.pkl'))
+    run_tool('tools/test.py', str(config), str(checkpoint), '--work-dir', str(tmp_path / 'trained'),
+             '--out', str(tmp_path / 'preds.pkl'))
     trained_map = _bbox_map(tmp_path / 'trained')
     losses = [json.loads(line)['loss'] for line in
               next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()

@@ -8,15 +8,14 @@ Calibration on the 2-core CPU (2026-11-23), 100 iterations: the untrained model 
 (seed 0); trained, seed 0 (data and training) 49.7 with one thread, 49.8 with two (rounding),
 seeds 1 / 2 / 3 57.7 / 60.5 / 50.5 (and 67.7 after 150 iterations, seed 0); the loss falls from
 1.94 to 0.72. The bars, mIoU >= 30 and >= untrained + 20, sit 20 points under the lowest trained
-run and ten times above the untrained model. Measured only with three other jobs on the two
-cores: 138 s with OMP_NUM_THREADS=1 (58 s of CPU time), 318 s with the default two threads.
+run and ten times above the untrained model. Takes 45 s on the idle 2-core machine (138 s with
+OMP_NUM_THREADS=1 and 318 s with two threads while three other jobs shared the cores).
 """
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
+from tool_runner import run_tool
 
 from mmvit_ext.datasets import generate_demo_ade
 
@@ -46,12 +45,6 @@ randomness = dict(seed=0)
     return path
 
 
-def _tool(*args: str) -> None:
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-
 def _miou(test_dir: Path) -> float:
     from mmvit_ext.utils.demo_report import latest_test_metrics
     return latest_test_metrics(test_dir)['mIoU']
@@ -73,15 +66,16 @@ def test_training_beats_untrained_miou(tmp_path):
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)
-    _tool('tools/test.py', str(config), str(untrained_ckpt),
-          '--work-dir', str(tmp_path / 'untrained'))
+    run_tool('tools/test.py', str(config), str(untrained_ckpt),
+             '--work-dir', str(tmp_path / 'untrained'))
     untrained_miou = _miou(tmp_path / 'untrained')
 
     work = tmp_path / 'work'
-    _tool('tools/train.py', str(config), '--work-dir', str(work))
+    run_tool('tools/train.py', str(config), '--work-dir', str(work))
     checkpoint = Path((work / 'last_checkpoint').read_text().strip())
     assert checkpoint.name == f'iter_{TRAIN_ITERS}.pth'
-    _tool('tools/test.py', str(config), str(checkpoint), '--work-dir', str(tmp_path / 'trained'))
+    run_tool('tools/test.py', str(config), str(checkpoint),
+             '--work-dir', str(tmp_path / 'trained'))
     trained_miou = _miou(tmp_path / 'trained')
     losses = [json.loads(line)['loss'] for line in
               next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()
