@@ -345,7 +345,7 @@ class PlainViTBase(BaseBackbone):
             return tuple(maps)
         if len(maps) == 1:
             maps = maps * len(PYRAMID_SCALES)
-        sizes = [(math.ceil(height / s), math.ceil(width / s)) for s in self.strides]
+        sizes = [(-(-height // s), -(-width // s)) for s in self.strides]  # ceil, SymInt-safe
         return tuple(self.pyramid(maps, sizes))
 
 

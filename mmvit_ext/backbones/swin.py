@@ -14,6 +14,7 @@ from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_an
                       linear_drop_path_rates, norm_mlp, resize_pos_embed)
 from ..registry import MODELS
 from .base import BaseBackbone
+from ..layers.utils import known_zero
 from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
@@ -55,7 +56,7 @@ class PatchMerging(nn.Module):
         b, _, c = x.shape
         h, w = hw
         x = x.view(b, h, w, c)
-        if h % 2 or w % 2:
+        if not (known_zero(h % 2) and known_zero(w % 2)):  # no size branch under export
             x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
         h2, w2 = x.shape[1] // 2, x.shape[2] // 2
         # (row parity, col parity) order (0,0), (1,0), (0,1), (1,1) as in the official model

@@ -17,6 +17,15 @@ class LayerNorm2d(nn.LayerNorm):
         return x.permute(0, 3, 1, 2)
 
 
+class CeilMaxPool2x2(nn.Module):
+    """``nn.MaxPool2d(2, stride=2, ceil_mode=True)`` as -inf padding to even sides and a floor
+    pool: the same values, without ceil mode's size-dependent branch (exports stay dynamic)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.pad(x, (0, x.shape[-1] % 2, 0, x.shape[-2] % 2), value=float('-inf'))
+        return F.max_pool2d(x, 2, stride=2)
+
+
 def pyramid_channels(dim: int, scales: Sequence[float] = PYRAMID_SCALES) -> List[int]:
     """Channels per level: dim/4 at x4, dim/2 at x2, dim at x1 and below (as ViTDet)."""
     return [dim // 4 if s == 4 else dim // 2 if s == 2 else dim for s in scales]
@@ -47,7 +56,7 @@ class SimplePyramid(nn.Module):
             elif scale == 1:
                 level = nn.Identity()
             elif scale == 0.5:
-                level = nn.MaxPool2d(2, stride=2, ceil_mode=True)
+                level = CeilMaxPool2x2()
             else:
                 raise ValueError(f'SimplePyramid: unsupported scale {scale}; use 4, 2, 1 or 0.5')
             self.levels.append(level)

@@ -1,33 +1,47 @@
 """Window attention (Swin, windowed plain ViTs): padding, cyclic shift, partition, shift mask.
 
 Everything is computed from the input's shape on the input's device, inside ``forward``: no
-caches keyed by sizes, no host-to-device copies.
+caches keyed by sizes, no host-to-device copies. Sizes may be symbolic (``torch.export`` with
+dynamic shapes): window fitting, padding, shifts and masks are then arithmetic on the input's
+sizes, never a branch on them, so an exported graph serves every input size.
 """
 from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .attention import Attention, MapTransform
 from .rel_pos import RelativePositionBias
-from .utils import to_2tuple
+from .utils import known_equal, known_zero, to_2tuple
 
 Size2 = Tuple[int, int]
 
 
 def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2, Size2]:
     """A map side that fits in one window gets a window of its own length and no shift (as the
-    official Swin at its last stage); longer sides keep the window, padded to a multiple."""
-    wh, sh = (hw[0], 0) if hw[0] <= window_size[0] else (window_size[0], shift_size[0])
-    ww, sw = (hw[1], 0) if hw[1] <= window_size[1] else (window_size[1], shift_size[1])
-    return (wh, ww), (sh, sw)
+    official Swin at its last stage); longer sides keep the window, padded to a multiple.
+    A symbolic side that may be either gets the same rule as arithmetic (no branch)."""
+    window, shift = [], []
+    for side, size, offset in zip(hw, window_size, shift_size):
+        if statically_known_true(side > size):  # ints, or a symbolic range above the window
+            window.append(size)
+            shift.append(offset)
+        elif statically_known_true(side <= size):
+            window.append(side)
+            shift.append(0)
+        else:  # symbolic either way: shift = min(shift, shift * max(0, side - window))
+            window.append(torch.sym_min(side, size))
+            shift.append(torch.sym_min(offset, offset * torch.sym_max(0, side - size))
+                         if offset else 0)
+    return tuple(window), tuple(shift)
 
 
 def pad_to_windows(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
     """Zero-pad (B, H, W, C) on the bottom/right to multiples of the window."""
     pad_h = -x.shape[1] % window_size[0]
     pad_w = -x.shape[2] % window_size[1]
-    if pad_h or pad_w:
+    if not (known_zero(pad_h) and known_zero(pad_w)):
         x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
     return x
 
@@ -37,7 +51,8 @@ def window_partition(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
     b, h, w, c = x.shape
     wh, ww = window_size
     x = x.view(b, h // wh, wh, w // ww, ww, c).transpose(2, 3)
-    return x.reshape(b, (h // wh) * (w // ww), wh * ww, c)
+    # copy, then view: ``reshape`` would branch on one window per row / column (a view then)
+    return x.clone(memory_format=torch.contiguous_format).view(b, (h // wh) * (w // ww), wh * ww, c)
 
 
 def window_reverse(windows: torch.Tensor, window_size: Size2, height: int, width: int
@@ -46,15 +61,16 @@ def window_reverse(windows: torch.Tensor, window_size: Size2, height: int, width
     b, _, _, c = windows.shape
     wh, ww = window_size
     x = windows.view(b, height // wh, width // ww, wh, ww, c).transpose(2, 3)
-    return x.reshape(b, height, width, c)
+    return x.clone(memory_format=torch.contiguous_format).view(b, height, width, c)
 
 
 def _shift_regions(length: int, window: int, shift: int, device: torch.device) -> torch.Tensor:
     """Region (0, 1, 2) of each position along one axis of the shifted map: before the last
     window, inside it before the wrapped-around part, the wrapped-around part."""
     positions = torch.arange(length, device=device)
-    if not shift:
+    if known_zero(shift):
         return torch.zeros_like(positions)
+    # a symbolic shift that is 0 at run time comes with window == length: one region
     return (positions >= length - window).long() + (positions >= length - shift).long()
 
 
@@ -76,13 +92,25 @@ def shifted_window_mask(height: int, width: int, window_size: Size2, shift_size:
     return torch.zeros_like(diff).masked_fill_(diff != 0, masked_value)
 
 
+def roll(x: torch.Tensor, shifts: Sequence, dims: Sequence[int]) -> torch.Tensor:
+    """``torch.roll``; a shift computed from a symbolic size (export) becomes two slices and a
+    concat, since ONNX has no roll op for a shift that is not a constant."""
+    if all(isinstance(s, int) for s in shifts):
+        return torch.roll(x, shifts=tuple(shifts), dims=tuple(dims))
+    for shift, dim in zip(shifts, dims):
+        length = x.shape[dim]
+        start = (-shift) % length  # output starts at input index -shift (mod length)
+        x = torch.cat([x.narrow(dim, start, length - start), x.narrow(dim, 0, start)], dim)
+    return x
+
+
 def partition_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
                       ) -> Tuple[torch.Tensor, Size2]:
     """(B, H, W, C) -> zero-padded, cyclically shifted windows (B, num_windows, N, C) and the
     padded size."""
     grid = pad_to_windows(grid, window_size)
-    if any(shift_size):
-        grid = torch.roll(grid, shifts=(-shift_size[0], -shift_size[1]), dims=(1, 2))
+    if not all(known_zero(s) for s in shift_size):
+        grid = roll(grid, (-shift_size[0], -shift_size[1]), (1, 2))
     return window_partition(grid, window_size), (grid.shape[1], grid.shape[2])
 
 
@@ -90,9 +118,12 @@ def merge_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, 
                   hw: Size2) -> torch.Tensor:
     """Inverse of :func:`partition_windows` on the valid tokens: -> (B, H, W, C)."""
     grid = window_reverse(windows, window_size, *padded)
-    if any(shift_size):
-        grid = torch.roll(grid, shifts=shift_size, dims=(1, 2))
-    return grid[:, :hw[0], :hw[1]]
+    if not all(known_zero(s) for s in shift_size):
+        grid = roll(grid, shift_size, (1, 2))
+    if known_equal(padded[0], hw[0]) and known_equal(padded[1], hw[1]):
+        return grid
+    # a fresh copy: reshaping the crop as a view would branch on whether it is contiguous
+    return grid[:, :hw[0], :hw[1]].clone(memory_format=torch.contiguous_format)
 
 
 class WindowAttention(Attention):
@@ -141,7 +172,7 @@ class WindowAttention(Attention):
                          else fit_window(hw, self.window_size, self.shift_size))
         windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
-        if any(shift):
+        if not all(known_zero(s) for s in shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
             bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
         out = super().forward(windows, attn_bias=bias)
