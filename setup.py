@@ -28,6 +28,7 @@ setup(
         'cls': ['mmpretrain>=1.0,<2'],
         'all': ['mmdet>=3.0,<4', 'mmsegmentation>=1.0,<2', 'ftfy', 'regex', 'mmpretrain>=1.0,<2',
                 'safetensors', 'matplotlib', 'pycocotools'],
+        'deploy': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3'],
         'tests': ['pytest', 'timm'],
     },
     license='Apache-2.0',
