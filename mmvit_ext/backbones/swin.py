@@ -258,7 +258,7 @@ class SwinTransformer(BaseBackbone):
                 x = self.run_block(block, x, hw)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
-                outs.append(out.view(-1, *hw, out.shape[-1]).permute(0, 3, 1, 2).contiguous())
+                outs.append(out.view(out.shape[0], *hw, out.shape[-1]).permute(0, 3, 1, 2).contiguous())
             if stage.downsample is not None:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)

@@ -14,6 +14,7 @@ Both honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: t
 :mod:`mmvit_ext.ops` substitutes CPU kernels with the same semantics. Nothing here depends on
 the device.
 """
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -39,9 +40,10 @@ class MapTransform(nn.Module):
         return False
 
 
-def _fold_leading(t: torch.Tensor) -> torch.Tensor:
-    """(..., H, N, d) -> (prod(...), H, N, d)."""
-    return t.reshape(-1, *t.shape[-3:])
+def fold_leading(t: torch.Tensor) -> torch.Tensor:
+    """(..., H, N, d) -> (prod(...), H, N, d). The folded size is given, not inferred (``-1``):
+    with symbolic sizes (export) inferring it means a costly symbolic division."""
+    return t.reshape(math.prod(t.shape[:-3]), *t.shape[-3:])
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -61,8 +63,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         attn_bias = attn_bias.to(q.dtype)  # autocast: the fused kernels take one dtype
     if len(lead) != 1:
         if attn_bias is not None:
-            attn_bias = _fold_leading(attn_bias.expand(*lead, *attn_bias.shape[-3:]))
-        q, k, v = _fold_leading(q), _fold_leading(k), _fold_leading(v)
+            attn_bias = fold_leading(attn_bias.expand(*lead, *attn_bias.shape[-3:]))
+        q, k, v = fold_leading(q), fold_leading(k), fold_leading(v)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
                                          scale=scale)
     return out.view(*lead, *out.shape[-3:])

@@ -13,17 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform
-
-
-def _fold(attn: torch.Tensor) -> torch.Tensor:
-    """(..., H, N, M) -> (prod(...), H, N, M) for the 2-D conv / batch-norm layers."""
-    return attn.reshape(-1, *attn.shape[-3:])
+from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform, fold_leading
 
 
 def _mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``out_g = sum_h W[g, h] attn_h + b_g`` over the head axis of (..., H, N, M) maps."""
-    maps = _fold(attn)
+    maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
     batch, heads = maps.shape[:2]
     flat = maps.flatten(2)
     out = torch.baddbmm(bias.to(flat.dtype).view(1, heads, 1).expand(batch, heads, flat.shape[2]),
@@ -51,7 +46,7 @@ class ReAttention(MapTransform):
         return not self.norm.training  # batch statistics need the whole map
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
-        maps = _fold(attn)
+        maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
         heads = maps.shape[1]
         weight = self.mix.weight.view(heads, heads)  # the 1x1 conv as a batched matmul
         if self.norm.training or self.norm.running_mean is None:
@@ -114,7 +109,7 @@ class RefinerMap(MapTransform):
         self.scale = scale
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
-        maps = _fold(attn)
+        maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
         x = maps
         if self.expand:
             x = F.relu6(self.bn1(self.conv_exp(x)))
