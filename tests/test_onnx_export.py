@@ -1,0 +1,116 @@
+"""ONNX export: each family's backbone with dynamic batch / height / width, a whole RetinaNet and
+a whole Semantic FPN, each checked in ONNX Runtime against PyTorch at batches and sizes the
+export never saw (the way a frozen size shows up: wrong shapes, or right shapes and wrong values).
+
+Time on the idle machine: about 2 min (dynamic exports of tiny archs: 8-25 s each)."""
+import re
+
+import onnx
+import pytest
+import torch
+
+from backbone_cases import SMALL
+from mmvit_ext import deploy, ops
+from mmvit_ext.registry import MODELS
+from tool_runner import ROOT, run_tool
+
+TOLERANCE = 1e-4  # relative, fp32
+BACKBONES = {**{name: dict(cfg) for name, cfg in SMALL.items()},
+             'PyramidVisionTransformerV2-li': dict(arch=dict(
+                 embed_dims=(16, 32, 40, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8),
+                 linear=True))}
+RETINANET = 'configs/mmdet/retinanet_pvtv2_b0_fpn_1x_coco.py'
+SEMANTIC_FPN = 'configs/mmseg/fpn_pvtv2_b0_512x512_40k_ade20k.py'
+
+
+def symbolic_input_axes(path) -> list:
+    dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+    return [i for i, d in enumerate(dims) if d.dim_param and not d.dim_value]
+
+
+@pytest.mark.parametrize('name', sorted(BACKBONES))
+def test_backbone_exports_with_dynamic_shapes(name, tmp_path):
+    torch.manual_seed(0)
+    backbone = MODELS.build(dict(type=name.split('-')[0], **BACKBONES[name])).eval()
+    root = deploy.export_root(backbone, 'backbone')
+    low = deploy.min_dynamic_size(root)
+    height, width = low + 35, low + 67
+    path = tmp_path / 'backbone.onnx'
+    with ops.kernels('auto'):  # the CPU kernels are on, and must stay out of the graph
+        deploy.export_onnx(root, torch.randn(2, 3, height, width), path, min_size=low)
+    model = onnx.load(str(path))
+    assert {node.domain for node in model.graph.node} <= {'', 'ai.onnx'}
+    assert [o.name for o in model.graph.output] == \
+        [f'feat{i}_s{s}' for i, s in enumerate(backbone.strides)]
+    assert symbolic_input_axes(path) == [0, 2, 3]
+    session = deploy.ort_session(path)
+    for batch, h, w in deploy.check_sizes(height, width, low):
+        assert (h, w) != (height, width)
+        assert deploy.max_relative_diff(root, session, torch.randn(batch, 3, h, w)) <= TOLERANCE
+
+
+def test_retinanet_whole_model_cli(tmp_path):
+    """A user's command: the whole detector's raw head outputs, dynamic, checked by the tool."""
+    out = run_tool('tools/deployment/export_onnx.py', RETINANET, 'none', '--out',
+                   str(tmp_path / 'retinanet.onnx'), '--part', 'model', '--dynamic')
+    checks = re.findall(r'\[check\] batch (\d) at (\d+)x(\d+): max relative diff vs PyTorch '
+                        r'(\S+)', out)
+    assert len(checks) == 2 and {c[0] for c in checks} == {'1', '3'}, out[-2000:]
+    assert all(float(c[3]) <= TOLERANCE for c in checks), checks
+    names = [o.name for o in onnx.load(str(tmp_path / 'retinanet.onnx')).graph.output]
+    assert names == [f'{g}_{i}' for g in ('cls_score', 'bbox_pred') for i in range(5)]
+
+
+def test_semantic_fpn_whole_model(tmp_path):
+    """mmseg's decode head upsamples through ``Upsample``, whose Python-int sizes the export
+    rewrite replaces: without it the logits are off by ~5e-2 at every other size."""
+    torch.manual_seed(0)
+    model = deploy.build_from_config(ROOT / SEMANTIC_FPN)
+    root = deploy.export_root(model, 'model')
+    with deploy.export_rewrites(root) as rewritten:
+        assert sum('scale_heads' in name for name in rewritten) == 6
+    assert all('forward' not in m.__dict__ for m in root.modules())  # restored
+    low = deploy.min_dynamic_size(root)
+    path = deploy.export_onnx(root, torch.randn(2, 3, low + 35, low + 67), tmp_path / 'seg.onnx',
+                              min_size=low)
+    session = deploy.ort_session(path)
+    for batch, h, w in deploy.check_sizes(low + 35, low + 67, low):
+        inputs = torch.randn(batch, 3, h, w)
+        assert deploy.max_relative_diff(root, session, inputs) <= TOLERANCE
+        assert session.run(None, {'inputs': inputs.numpy()})[0].shape == (batch, 150, -(-h // 4),
+                                                                         -(-w // 4))
+
+
+def test_two_stage_model_export_is_refused_with_the_way_out():
+    model = deploy.build_from_config(ROOT / 'configs/mask_rcnn_pvtv2_b2.py')
+    with pytest.raises(ValueError, match='RoIAlign.*--part backbone'):
+        deploy.export_root(model, 'model')
+
+
+def test_rewrite_refuses_a_fractional_upsample():
+    from mmseg.models.utils import Upsample
+    with pytest.raises(ValueError, match='scale_factor 1.5'):
+        with deploy.export_rewrites(torch.nn.Sequential(Upsample(scale_factor=1.5))):
+            pass
+
+
+def test_whole_model_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    trained = deploy.build_from_config(ROOT / RETINANET)
+    path = tmp_path / 'retinanet.pth'
+    torch.save({'meta': {}, 'state_dict': trained.state_dict()}, path)
+    torch.manual_seed(1)
+    loaded = deploy.build_from_config(ROOT / RETINANET, str(path))
+    for (name, a), b in zip(trained.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_ort_benchmark_prints_the_ratio():
+    out = run_tool('tools/deployment/ort_benchmark.py', RETINANET, '--part', 'backbone',
+                   '--shape', '96', '128', '--runs', '2')
+    found = re.search(r'eager ([\d.]+) ms, onnxruntime ([\d.]+) ms .*= ([\d.]+)x', out)
+    assert found, out[-2000:]
+    eager, ort, ratio = map(float, found.groups())
+    assert eager > 0 and ort > 0 and abs(ratio - ort / eager) < 0.01 + 0.01 * ratio
+    diff = float(re.search(r'max relative diff (\S+)', out).group(1))
+    assert diff <= TOLERANCE
