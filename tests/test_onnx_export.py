@@ -15,7 +15,9 @@ from mmvit_ext.registry import MODELS
 from tool_runner import ROOT, run_tool
 
 TOLERANCE = 1e-4  # relative, fp32
-BACKBONES = {**{name: dict(cfg) for name, cfg in SMALL.items()},
+# the plain ViTs' presets all end in the simple pyramid (deconvolutions, a ceil max-pool, crops)
+PYRAMID = {'CaiT': dict(simple_pyramid=True), 'RefinedViT': dict(simple_pyramid=True)}
+BACKBONES = {**{name: dict(cfg, **PYRAMID.get(name, {})) for name, cfg in SMALL.items()},
              'PyramidVisionTransformerV2-li': dict(arch=dict(
                  embed_dims=(16, 32, 40, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8),
                  linear=True))}

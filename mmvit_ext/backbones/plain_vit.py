@@ -345,7 +345,9 @@ class PlainViTBase(BaseBackbone):
             return tuple(maps)
         if len(maps) == 1:
             maps = maps * len(PYRAMID_SCALES)
-        sizes = [(-(-height // s), -(-width // s)) for s in self.strides]  # ceil, SymInt-safe
+        # ceil as a floor of non-negative sizes: symbolic-size safe, and exact in ONNX (whose
+        # integer division truncates, so -(-h // s) would floor the wrong way there)
+        sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
         return tuple(self.pyramid(maps, sizes))
 
 

@@ -18,12 +18,15 @@ class LayerNorm2d(nn.LayerNorm):
 
 
 class CeilMaxPool2x2(nn.Module):
-    """``nn.MaxPool2d(2, stride=2, ceil_mode=True)`` as -inf padding to even sides and a floor
-    pool: the same values, without ceil mode's size-dependent branch (exports stay dynamic)."""
+    """``nn.MaxPool2d(2, stride=2, ceil_mode=True)``: -inf padding to even sides, then the max
+    over each 2x2 block of a reshaped view. The same values; written without a pooling op,
+    whose output-size arithmetic branches on the parity of the size (a dynamic-shape export
+    would be frozen to the example's parity)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.pad(x, (0, x.shape[-1] % 2, 0, x.shape[-2] % 2), value=float('-inf'))
-        return F.max_pool2d(x, 2, stride=2)
+        b, c, h, w = x.shape
+        return x.view(b, c, h // 2, 2, w // 2, 2).amax(dim=(3, 5))
 
 
 def pyramid_channels(dim: int, scales: Sequence[float] = PYRAMID_SCALES) -> List[int]:

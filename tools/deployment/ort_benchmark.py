@@ -11,6 +11,7 @@ PyTorch eager is the model as users run it, CPU kernels included (``MMVIT_EXT_KE
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -48,7 +49,9 @@ def main(argv=None) -> int:
             path = Path(tmp) / 'model.onnx'
             low = deploy.min_dynamic_size(root)
             example = inputs if args.static else torch.randn(2, 3, low + 35, low + 67)
+            start = time.perf_counter()
             deploy.export_onnx(root, example, path, dynamic=not args.static, min_size=low)
+            print(f'[export] {time.perf_counter() - start:.0f} s')
         session = deploy.ort_session(path, threads=args.threads)
         diff = deploy.max_relative_diff(root, session, inputs)
         feed = {session.get_inputs()[0].name: inputs.numpy()}
