@@ -51,6 +51,19 @@ def test_backbone_exports_with_dynamic_shapes(name, tmp_path):
         assert deploy.max_relative_diff(root, session, torch.randn(batch, 3, h, w)) <= TOLERANCE
 
 
+def test_static_export_below_the_dynamic_minimum(tmp_path):
+    """A static graph works where windows shrink to fit small maps (the deepest Swin map, 2 px,
+    is shorter than its 4 px window), at batch 1: checked at its own shape."""
+    torch.manual_seed(0)
+    backbone = MODELS.build(dict(type='SwinTransformer', **SMALL['SwinTransformer'])).eval()
+    root = deploy.export_root(backbone, 'backbone')
+    assert deploy.min_dynamic_size(root) > 64
+    inputs = torch.randn(1, 3, 64, 48)
+    path = deploy.export_onnx(root, inputs, tmp_path / 'static.onnx', dynamic=False)
+    assert symbolic_input_axes(path) == []
+    assert deploy.max_relative_diff(root, deploy.ort_session(path), inputs) <= TOLERANCE
+
+
 def test_retinanet_whole_model_cli(tmp_path):
     """A user's command: the whole detector's raw head outputs, dynamic, checked by the tool."""
     out = run_tool('tools/deployment/export_onnx.py', RETINANET, 'none', '--out',
