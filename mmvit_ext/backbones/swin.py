@@ -10,11 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm,
+from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, known_zero,
                       linear_drop_path_rates, norm_mlp, resize_pos_embed)
 from ..registry import MODELS
 from .base import BaseBackbone
-from ..layers.utils import known_zero
 from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
@@ -258,7 +257,8 @@ class SwinTransformer(BaseBackbone):
                 x = self.run_block(block, x, hw)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
-                outs.append(out.view(out.shape[0], *hw, out.shape[-1]).permute(0, 3, 1, 2).contiguous())
+                grid = out.view(out.shape[0], *hw, out.shape[-1])
+                outs.append(grid.permute(0, 3, 1, 2).contiguous())
             if stage.downsample is not None:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)

@@ -14,7 +14,7 @@ from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_p
 from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_matrix,
                        resize_grid)
 from .sra import SpatialReductionAttention
-from .utils import to_2tuple
+from .utils import known_equal, known_zero, to_2tuple
 from .window import (WindowAttention, fit_window, merge_windows, pad_to_windows,
                      partition_windows, shifted_window_mask, window_partition, window_reverse)
 
@@ -27,5 +27,6 @@ __all__ = [
     'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'norm_mlp', 'PatchEmbed', 'ConvStemEmbed',
     'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
-    'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'to_2tuple',
+    'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'to_2tuple', 'known_zero',
+    'known_equal',
 ]
