@@ -120,6 +120,19 @@ def test_whole_model_checkpoint_round_trip(tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_backbone_checkpoint_loads_into_the_whole_model(tmp_path):
+    """A backbone-only file in the official PVT layout goes into the detector's backbone."""
+    from mmvit_ext.converters import load_pretrained
+    from official_layouts import official_pvtv2_state_dict
+    path = tmp_path / 'pvt_v2_b0.pth'
+    torch.save(official_pvtv2_state_dict(embed_dims=(32, 64, 160, 256), depths=(2, 2, 2, 2)), path)
+    loaded = deploy.build_from_config(ROOT / RETINANET, str(path)).backbone
+    expected = MODELS.build(dict(type='PyramidVisionTransformerV2', arch='b0'))
+    load_pretrained(expected, str(path))
+    for (name, a), b in zip(expected.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_ort_benchmark_prints_the_ratio():
     out = run_tool('tools/deployment/ort_benchmark.py', RETINANET, '--part', 'backbone',
                    '--shape', '96', '128', '--runs', '2')

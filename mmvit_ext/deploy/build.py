@@ -6,10 +6,6 @@ from typing import Any, Dict, Optional, Union
 
 from torch import nn
 
-HEAD_PREFIXES = ('neck.', 'decode_head.', 'auxiliary_head.', 'bbox_head.', 'rpn_head.',
-                 'roi_head.', 'head.')
-
-
 def build_from_config(config: Union[str, Path], checkpoint: Optional[str] = None,
                       overrides: Optional[Dict[str, Any]] = None) -> nn.Module:
     """The config's model in its scope (``default_scope``: mmdet / mmseg / mmpretrain), in eval
@@ -43,12 +39,13 @@ def build_from_config(config: Union[str, Path], checkpoint: Optional[str] = None
 
 
 def load_any_checkpoint(model: nn.Module, checkpoint: str) -> None:
-    """A whole-model checkpoint (``backbone.*`` with a neck / head, e.g. from ``tools/train.py``
-    or a peer's model zoo) loads strictly into ``model``, the backbone part through the
-    backbone's layout conversion; a backbone-only one, in our layout or any official / peer
-    layout, into the backbone through :func:`mmvit_ext.converters.load_pretrained`."""
+    """A checkpoint of this model (``backbone.*`` beside its neck / heads, e.g. from
+    ``tools/train.py`` or a peer's zoo) loads strictly into ``model``, the backbone part through
+    the backbone's layout conversion. Anything else -- a backbone-only file in our layout or an
+    official / peer one, or another model's checkpoint such as an ImageNet classifier's -- gives
+    its backbone weights to the backbone (:func:`mmvit_ext.converters.load_pretrained`)."""
     from ..converters import load_pretrained, read_checkpoint
-    from ..converters.io import STRIP_PREFIXES, WRAPPER_KEYS
+    from ..converters.io import WRAPPER_KEYS
     if not hasattr(model, 'backbone'):
         load_pretrained(model, checkpoint)
         return
@@ -57,10 +54,11 @@ def load_any_checkpoint(model: nn.Module, checkpoint: str) -> None:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
             break
-    if isinstance(state, dict) and any(str(k).startswith(HEAD_PREFIXES) for k in state):
-        for strip in STRIP_PREFIXES:
-            if strip != 'backbone.' and all(k.startswith(strip) for k in state):
-                state = {k[len(strip):]: v for k, v in state.items()}
+    state = {k[len('module.'):] if str(k).startswith('module.') else k: v
+             for k, v in state.items()} if isinstance(state, dict) else {}
+    parts = {str(k).split('.')[0] for k in state}
+    children = {name for name, _ in model.named_children()}
+    if 'backbone' in parts and len(parts) > 1 and parts <= children:
         model.load_state_dict(state, strict=True)
     else:
         load_pretrained(model.backbone, checkpoint)
