@@ -11,6 +11,7 @@ import torch
 
 from backbone_cases import SMALL
 from mmvit_ext import deploy, ops
+from mmvit_ext.layers import WindowAttention
 from mmvit_ext.registry import MODELS
 from tool_runner import ROOT, run_tool
 
@@ -49,6 +50,36 @@ def test_backbone_exports_with_dynamic_shapes(name, tmp_path):
     for batch, h, w in deploy.check_sizes(height, width, low):
         assert (h, w) != (height, width)
         assert deploy.max_relative_diff(root, session, torch.randn(batch, 3, h, w)) <= TOLERANCE
+
+
+class WindowLayer(torch.nn.Module):
+    """Shifted window attention with a relative-position bias over a (B, C, H, W) map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = WindowAttention(16, 2, window_size=4, shift=True, rel_pos=True)
+        torch.nn.init.normal_(self.attn.rel_pos.relative_position_bias_table)
+
+    def output_names(self, example: torch.Tensor) -> list:
+        return ['out']
+
+    def forward(self, grid: torch.Tensor) -> tuple:
+        b, c, h, w = grid.shape
+        out = self.attn(grid.flatten(2).transpose(1, 2), (h, w))
+        return (out.transpose(1, 2).reshape(b, c, h, w),)
+
+
+def test_one_window_graph_for_maps_shorter_and_longer_than_the_window(tmp_path):
+    """Below the default minimum (``--min-size``), window fitting is graph arithmetic: one graph
+    shrinks the window to short sides (no shift) and pads and shifts long ones."""
+    torch.manual_seed(0)
+    root = WindowLayer().eval()
+    path = deploy.export_onnx(root, torch.randn(2, 16, 6, 9), tmp_path / 'window.onnx',
+                              min_size=2)
+    session = deploy.ort_session(path)
+    for batch, h, w in [(1, 2, 3), (1, 4, 4), (3, 5, 4), (2, 7, 11), (1, 12, 8)]:
+        inputs = torch.randn(batch, 16, h, w)
+        assert deploy.max_relative_diff(root, session, inputs) <= TOLERANCE, (h, w)
 
 
 def test_static_export_below_the_dynamic_minimum(tmp_path):
@@ -94,6 +125,21 @@ def test_semantic_fpn_whole_model(tmp_path):
         assert deploy.max_relative_diff(root, session, inputs) <= TOLERANCE
         assert session.run(None, {'inputs': inputs.numpy()})[0].shape == (batch, 150, -(-h // 4),
                                                                          -(-w // 4))
+
+
+def test_cli_refuses_sizes_the_graph_cannot_serve(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('export_onnx',
+                                                  ROOT / 'tools/deployment/export_onnx.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = str(tmp_path / 'x.onnx')
+    with pytest.raises(SystemExit, match='--min-size 100: .* sides >= 256'):
+        tool.main([str(ROOT / RETINANET), 'none', '--out', out, '--part', 'model', '--dynamic',
+                   '--min-size', '100'])
+    with pytest.raises(SystemExit, match='--shape 200 300: .* sides >= 256'):
+        tool.main([str(ROOT / RETINANET), 'none', '--out', out, '--part', 'model', '--dynamic',
+                   '--shape', '200', '300'])
 
 
 def test_two_stage_model_export_is_refused_with_the_way_out():

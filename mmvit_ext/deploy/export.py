@@ -83,18 +83,19 @@ def export_root(model: nn.Module, part: str) -> nn.Module:
     raise ValueError(f"part must be 'backbone' or 'model', got {part!r}")
 
 
-def min_dynamic_size(root: nn.Module) -> int:
-    """Smallest image side a dynamic graph of ``root`` serves. The deepest map must be at least
-    2 pixels (torch specialises size-1 dims); where windows shrink to fit small maps (official
-    Swin, windowed plain ViTs) the deepest windowed map must be longer than the window, since a
-    smaller input runs another window layout, i.e. another graph; a detector's deepest prior
-    level (RetinaNet: stride 128) must be at least 2 pixels too."""
+def min_dynamic_size(root: nn.Module, fixed_windows: bool = True) -> int:
+    """Smallest image side a dynamic graph of ``root`` serves: the deepest map (and a
+    detector's deepest prior level, RetinaNet: stride 128) at least 2 pixels, since torch
+    specialises size-1 dims. ``fixed_windows``: also keep the window layout fixed where windows
+    shrink to fit small maps (official Swin, windowed plain ViTs): the deepest windowed map
+    longer than one window. Below that the window fitting becomes graph arithmetic too; the
+    graph is still exact but its export is slower (Swin test arch: about 5x)."""
     backbone = root.backbone if isinstance(root, BackboneOutputs) else root.model.backbone
     strides = list(getattr(backbone, 'level_strides', None) or backbone.strides)
     low = 2 * max(strides + list(backbone.strides))
     window = getattr(backbone, 'window_size', None)
-    if isinstance(window, (int, tuple)) and window and not getattr(backbone, 'pad_small_map',
-                                                                   False):
+    if fixed_windows and isinstance(window, (int, tuple)) and window and \
+            not getattr(backbone, 'pad_small_map', False):
         layers = getattr(backbone, 'layers', None)  # Swin: the deepest built stage
         deepest = strides[len(layers) - 1] if layers is not None else max(strides)
         low = max(low, deepest * max(np.atleast_1d(window)) + 1)

@@ -15,13 +15,21 @@ def to_2tuple(value: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
     return value  # type: ignore[return-value]
 
 
+def known_true(condition: Union[bool, torch.SymBool, torch.Tensor]) -> bool:
+    """Whether a condition on sizes holds for every input. A symbolic condition (sizes under
+    ``torch.export`` / dynamic ``torch.compile``) counts only if provable, so an optional pad or
+    shift is skipped only where it is never needed and an export never bakes the example's
+    branch into the graph; a Python bool, or a traced size (``torch.jit.trace``), is its value."""
+    if isinstance(condition, torch.SymBool):
+        return statically_known_true(condition)
+    return bool(condition)
+
+
 def known_zero(value: Union[int, torch.SymInt]) -> bool:
-    """Whether a size or offset is 0 for every input: a Python 0, or a symbolic size (under
-    ``torch.export``) that is provably 0. Optional padding / shifts are skipped only then, so
-    an export never bakes a branch taken at the example input's size into the graph."""
-    return statically_known_true(value == 0)
+    """``value == 0`` for every input (see :func:`known_true`)."""
+    return known_true(value == 0)
 
 
 def known_equal(a: Union[int, torch.SymInt], b: Union[int, torch.SymInt]) -> bool:
-    """``a == b`` for every input (see :func:`known_zero`)."""
-    return statically_known_true(a == b)
+    """``a == b`` for every input (see :func:`known_true`)."""
+    return known_true(a == b)

@@ -9,11 +9,10 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .attention import Attention, MapTransform
 from .rel_pos import RelativePositionBias
-from .utils import known_equal, known_zero, to_2tuple
+from .utils import known_equal, known_true, known_zero, to_2tuple
 
 Size2 = Tuple[int, int]
 
@@ -24,10 +23,10 @@ def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2,
     A symbolic side that may be either gets the same rule as arithmetic (no branch)."""
     window, shift = [], []
     for side, size, offset in zip(hw, window_size, shift_size):
-        if statically_known_true(side > size):  # ints, or a symbolic range above the window
+        if known_true(side > size):  # ints, or a symbolic range above the window
             window.append(size)
             shift.append(offset)
-        elif statically_known_true(side <= size):
+        elif known_true(side <= size):
             window.append(side)
             shift.append(0)
         else:  # symbolic either way: shift = min(shift, shift * max(0, side - window))

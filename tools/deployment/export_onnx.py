@@ -28,6 +28,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='export size (default: the smallest dynamic size + 35, + 67)')
     parser.add_argument('--dynamic', action='store_true',
                         help='dynamic batch, height and width')
+    parser.add_argument('--min-size', type=int,
+                        help='smallest side the dynamic graph serves (default: the smallest with '
+                        'a fixed window layout; lower exports slower)')
     parser.add_argument('--opset', type=int, default=deploy.DEFAULT_OPSET)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                         help='override config settings, key=value (as in tools/train.py)')
@@ -42,10 +45,16 @@ def main(argv=None) -> int:
     model = deploy.build_from_config(args.config, args.checkpoint, args.cfg_options)
     root = deploy.export_root(model, args.part)
     low = deploy.min_dynamic_size(root)
+    if args.min_size is not None:
+        floor = deploy.min_dynamic_size(root, fixed_windows=False)
+        if args.min_size < floor:
+            raise SystemExit(f'--min-size {args.min_size}: the deepest map must be at least 2 '
+                             f'pixels, i.e. sides >= {floor}')
+        low = args.min_size
     height, width = args.shape or (low + 35, low + 67)
     if args.dynamic and min(height, width) < low:
         raise SystemExit(f'--shape {height} {width}: a dynamic graph of this model serves sides '
-                         f'>= {low} (see mmvit_ext.deploy.min_dynamic_size)')
+                         f'>= {low} (--min-size, mmvit_ext.deploy.min_dynamic_size)')
     deploy.export_onnx(root, torch.randn(2, 3, height, width), args.out, dynamic=args.dynamic,
                        min_size=low, opset=args.opset)
     axes = f'dynamic batch / height / width (sides >= {low})' if args.dynamic else 'static'
