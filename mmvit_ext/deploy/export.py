@@ -89,7 +89,7 @@ def min_dynamic_size(root: nn.Module, fixed_windows: bool = True) -> int:
     specialises size-1 dims. ``fixed_windows``: also keep the window layout fixed where windows
     shrink to fit small maps (official Swin, windowed plain ViTs): the deepest windowed map
     longer than one window. Below that the window fitting becomes graph arithmetic too; the
-    graph is still exact but its export is slower (Swin test arch: about 5x)."""
+    graph is still exact but its export is slower (Swin test arch from 64 px: 41 s, not 25 s)."""
     backbone = root.backbone if isinstance(root, BackboneOutputs) else root.model.backbone
     strides = list(getattr(backbone, 'level_strides', None) or backbone.strides)
     low = 2 * max(strides + list(backbone.strides))
