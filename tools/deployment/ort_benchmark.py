@@ -48,6 +48,9 @@ def main(argv=None) -> int:
         if path is None:
             path = Path(tmp) / 'model.onnx'
             low = deploy.min_dynamic_size(root)
+            if not args.static and min(args.shape) < low:
+                raise SystemExit(f'--shape {args.shape[0]} {args.shape[1]}: a dynamic graph of '
+                                 f'this model serves sides >= {low}; use --static')
             example = inputs if args.static else torch.randn(2, 3, low + 35, low + 67)
             start = time.perf_counter()
             deploy.export_onnx(root, example, path, dynamic=not args.static, min_size=low)
@@ -58,7 +61,7 @@ def main(argv=None) -> int:
         with torch.no_grad():
             eager = deploy.median_latency(lambda: root(inputs), runs=args.runs)
         ort = deploy.median_latency(lambda: session.run(None, feed), runs=args.runs)
-    graph = 'static' if args.static and not args.onnx else 'dynamic' if not args.onnx else path
+    graph = args.onnx or ('static' if args.static else 'dynamic')
     print(f'[benchmark] {Path(args.config).stem} {args.part}, batch {args.batch} at '
           f'{args.shape[0]}x{args.shape[1]}, {args.threads} threads, {graph} graph, '
           f'max relative diff {diff:.1e}')
