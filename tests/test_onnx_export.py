@@ -37,7 +37,7 @@ def test_backbone_exports_with_dynamic_shapes(name, tmp_path):
     backbone = MODELS.build(dict(type=name.split('-')[0], **BACKBONES[name])).eval()
     root = deploy.export_root(backbone, 'backbone')
     low = deploy.min_dynamic_size(root)
-    height, width = low + 35, low + 67
+    height, width = deploy.export_shape(low)
     path = tmp_path / 'backbone.onnx'
     with ops.kernels('auto'):  # the CPU kernels are on, and must stay out of the graph
         deploy.export_onnx(root, torch.randn(2, 3, height, width), path, min_size=low)
@@ -117,10 +117,11 @@ def test_semantic_fpn_whole_model(tmp_path):
         assert sum('scale_heads' in name for name in rewritten) == 6
     assert all('forward' not in m.__dict__ for m in root.modules())  # restored
     low = deploy.min_dynamic_size(root)
-    path = deploy.export_onnx(root, torch.randn(2, 3, low + 35, low + 67), tmp_path / 'seg.onnx',
+    height, width = deploy.export_shape(low)
+    path = deploy.export_onnx(root, torch.randn(2, 3, height, width), tmp_path / 'seg.onnx',
                               min_size=low)
     session = deploy.ort_session(path)
-    for batch, h, w in deploy.check_sizes(low + 35, low + 67, low):
+    for batch, h, w in deploy.check_sizes(height, width, low):
         inputs = torch.randn(batch, 3, h, w)
         assert deploy.max_relative_diff(root, session, inputs) <= TOLERANCE
         assert session.run(None, {'inputs': inputs.numpy()})[0].shape == (batch, 150, -(-h // 4),

@@ -55,7 +55,7 @@ class PatchMerging(nn.Module):
         b, _, c = x.shape
         h, w = hw
         x = x.view(b, h, w, c)
-        if not (known_zero(h % 2) and known_zero(w % 2)):  # no size branch under export
+        if not known_zero((h % 2, w % 2)):  # no size branch under export
             x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
         h2, w2 = x.shape[1] // 2, x.shape[2] // 2
         # (row parity, col parity) order (0,0), (1,0), (0,1), (1,1) as in the official model

@@ -1,5 +1,4 @@
 """A config's model for export: built in its own scope, with a checkpoint of any layout."""
-import importlib
 import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -8,24 +7,17 @@ from torch import nn
 
 def build_from_config(config: Union[str, Path], checkpoint: Optional[str] = None,
                       overrides: Optional[Dict[str, Any]] = None) -> nn.Module:
-    """The config's model in its scope (``default_scope``: mmdet / mmseg / mmpretrain), in eval
-    mode, with ``checkpoint`` loaded (:func:`load_any_checkpoint`; ``None`` or ``'none'``: the
-    random initialisation). The backbone's own ``init_cfg`` (a pretrained file) is not read."""
+    """The config's model in its task's scope (mmdet / mmseg / mmpretrain), in eval mode, with
+    ``checkpoint`` loaded (:func:`load_any_checkpoint`; ``None`` or ``'none'``: the random
+    initialisation). The backbone's own ``init_cfg`` (a pretrained file) is not read."""
     from mmengine.config import Config
     from mmengine.logging import MMLogger
-    from mmengine.registry import DefaultScope
+
+    from ..utils.config_checks import build_task_model
     cfg = Config.fromfile(str(config))
     if overrides:
         cfg.merge_from_dict(overrides)
-    scope = cfg.get('default_scope', 'mmdet')
-    importlib.import_module('mmvit_ext')
-    importlib.import_module(f'{scope}.models')
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    model_cfg = cfg.model
-    if 'backbone' in model_cfg:
-        model_cfg.backbone.init_cfg = None
-    with DefaultScope.overwrite_default_scope(scope):
-        model = registry.build(model_cfg)
+    model, _ = build_task_model(cfg)
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.ERROR)  # init_weights logs every parameter

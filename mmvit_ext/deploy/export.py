@@ -167,6 +167,12 @@ def max_relative_diff(root: nn.Module, session: Any, inputs: torch.Tensor) -> fl
     return worst
 
 
+def export_shape(min_size: int) -> Tuple[int, int]:
+    """Default (H, W) to export a dynamic graph at: above the minimum, unequal sides, and no
+    multiple of a stride, so that no size coincidence of the example is taken for a rule."""
+    return min_size + 35, min_size + 67
+
+
 def check_sizes(height: int, width: int, min_size: int) -> List[Tuple[int, int, int]]:
     """Two (batch, H, W) checks other than the export's (2, height, width), at least
     ``min_size`` per side: batch 1 taller and narrower, batch 3 shorter and wider."""
@@ -190,4 +196,5 @@ def median_latency(fn: Callable[[], Any], runs: int = 5, warmup: int = 1) -> flo
 
 
 __all__ = ['BackboneOutputs', 'ModelOutputs', 'export_root', 'min_dynamic_size', 'export_onnx',
-           'ort_session', 'max_relative_diff', 'check_sizes', 'median_latency', 'DEFAULT_OPSET']
+           'ort_session', 'max_relative_diff', 'export_shape', 'check_sizes', 'median_latency',
+           'DEFAULT_OPSET']

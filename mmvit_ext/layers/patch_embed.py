@@ -38,7 +38,7 @@ class PatchEmbed(nn.Module):
         if not self.overlapping:
             pad_h = -x.shape[2] % self.stride[0]
             pad_w = -x.shape[3] % self.stride[1]
-            if not (known_zero(pad_h) and known_zero(pad_w)):
+            if not known_zero((pad_h, pad_w)):
                 x = F.pad(x, (0, pad_w, 0, pad_h))
         x = self.proj(x)
         hw = (x.shape[2], x.shape[3])
@@ -75,7 +75,7 @@ class ConvStemEmbed(nn.Module):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         pad_h = -x.shape[2] % self.patch_size[0]
         pad_w = -x.shape[3] % self.patch_size[1]
-        if not (known_zero(pad_h) and known_zero(pad_w)):
+        if not known_zero((pad_h, pad_w)):
             x = F.pad(x, (0, pad_w, 0, pad_h))
         for i in range(1, self.num_convs + 1):
             x = F.relu(getattr(self, f'bn{i}')(getattr(self, f'conv{i}')(x)))

@@ -11,7 +11,7 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int], dst_hw: T
                      num_prefix_tokens: int = 0, mode: str = 'bicubic') -> torch.Tensor:
     """Resize (1, P + h*w, C) grid embeddings from ``src_hw`` to ``dst_hw``; the P prefix
     (class / distillation) tokens are kept as they are. Deterministic (matrix products)."""
-    if all(known_equal(a, b) for a, b in zip(src_hw, dst_hw)):
+    if known_equal(tuple(src_hw), tuple(dst_hw)):
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     if grid.shape[1] != src_hw[0] * src_hw[1]:

@@ -46,8 +46,7 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, window_size: Optional[Size2] = None) -> torch.Tensor:
         index = self.relative_position_index
-        if window_size is not None and not all(
-                known_equal(a, b) for a, b in zip(window_size, self.window_size)):
+        if window_size is not None and not known_equal(tuple(window_size), self.window_size):
             rows = torch.arange(window_size[0], device=index.device)
             cols = torch.arange(window_size[1], device=index.device)
             tokens = (rows[:, None] * self.window_size[1] + cols[None, :]).flatten()

@@ -1,5 +1,5 @@
 """Small helpers shared by the layers."""
-from typing import Tuple, Union
+from typing import Sequence, Tuple, Union
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -25,11 +25,15 @@ def known_true(condition: Union[bool, torch.SymBool, torch.Tensor]) -> bool:
     return bool(condition)
 
 
-def known_zero(value: Union[int, torch.SymInt]) -> bool:
-    """``value == 0`` for every input (see :func:`known_true`)."""
-    return known_true(value == 0)
+def known_zero(value: Union[int, torch.SymInt, Sequence]) -> bool:
+    """``value == 0`` (every entry of a sequence) for every input (see :func:`known_true`)."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return all(known_true(v == 0) for v in values)
 
 
-def known_equal(a: Union[int, torch.SymInt], b: Union[int, torch.SymInt]) -> bool:
-    """``a == b`` for every input (see :func:`known_true`)."""
-    return known_true(a == b)
+def known_equal(a: Union[int, torch.SymInt, Sequence], b: Union[int, torch.SymInt, Sequence]
+                ) -> bool:
+    """``a == b`` (sizes, or equal-length sequences of them) for every input (see
+    :func:`known_true`)."""
+    pairs = zip(a, b) if isinstance(a, (tuple, list)) else ((a, b),)
+    return all(known_true(x == y) for x, y in pairs)

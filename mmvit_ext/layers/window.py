@@ -40,7 +40,7 @@ def pad_to_windows(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
     """Zero-pad (B, H, W, C) on the bottom/right to multiples of the window."""
     pad_h = -x.shape[1] % window_size[0]
     pad_w = -x.shape[2] % window_size[1]
-    if not (known_zero(pad_h) and known_zero(pad_w)):
+    if not known_zero((pad_h, pad_w)):
         x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
     return x
 
@@ -108,7 +108,7 @@ def partition_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
     """(B, H, W, C) -> zero-padded, cyclically shifted windows (B, num_windows, N, C) and the
     padded size."""
     grid = pad_to_windows(grid, window_size)
-    if not all(known_zero(s) for s in shift_size):
+    if not known_zero(shift_size):
         grid = roll(grid, (-shift_size[0], -shift_size[1]), (1, 2))
     return window_partition(grid, window_size), (grid.shape[1], grid.shape[2])
 
@@ -117,9 +117,9 @@ def merge_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, 
                   hw: Size2) -> torch.Tensor:
     """Inverse of :func:`partition_windows` on the valid tokens: -> (B, H, W, C)."""
     grid = window_reverse(windows, window_size, *padded)
-    if not all(known_zero(s) for s in shift_size):
+    if not known_zero(shift_size):
         grid = roll(grid, shift_size, (1, 2))
-    if known_equal(padded[0], hw[0]) and known_equal(padded[1], hw[1]):
+    if known_equal(padded, hw):
         return grid
     # a fresh copy: reshaping the crop as a view would branch on whether it is contiguous
     return grid[:, :hw[0], :hw[1]].clone(memory_format=torch.contiguous_format)
@@ -171,7 +171,7 @@ class WindowAttention(Attention):
                          else fit_window(hw, self.window_size, self.shift_size))
         windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
-        if not all(known_zero(s) for s in shift):
+        if not known_zero(shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
             bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
         out = super().forward(windows, attn_bias=bias)

@@ -137,3 +137,19 @@ def task_scope(cfg: Config) -> str:
     if cfg.model.get('type') == 'ImageClassifier':
         return 'mmpretrain'
     return 'mmseg' if 'decode_head' in cfg.model else 'mmdet'
+
+
+def build_task_model(cfg: Config) -> Tuple[torch.nn.Module, str]:
+    """The config's model, built in its task's registry scope (:func:`task_scope`) with the
+    backbone's own ``init_cfg`` (a pretrained file) left out; returns it and the scope."""
+    import importlib
+
+    from mmengine.registry import DefaultScope
+    scope = task_scope(cfg)
+    importlib.import_module('mmvit_ext')
+    importlib.import_module(f'{scope}.models')
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    if 'backbone' in cfg.model:
+        cfg.model.backbone.init_cfg = None
+    with DefaultScope.overwrite_default_scope(scope):
+        return registry.build(cfg.model), scope

@@ -125,16 +125,8 @@ FORM = {'mmdet': 'params: whole detector; FLOPs: backbone + neck + dense head (n
 def config_model(path: str) -> Tuple[nn.Module, str]:
     """The config's model, built in its task's scope with the backbone's weights left out."""
     from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmvit_ext.utils.config_checks import task_scope
-    cfg = Config.fromfile(path)
-    cfg.model.backbone.init_cfg = None
-    scope = task_scope(cfg)
-    __import__(f'{scope}.models')
-    registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        model = registry.build(cfg.model)
-    return model, scope
+    from mmvit_ext.utils.config_checks import build_task_model
+    return build_task_model(Config.fromfile(path))
 
 
 class _Counted(nn.Module):

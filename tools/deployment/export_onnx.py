@@ -25,7 +25,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', required=True, help='the .onnx file to write')
     parser.add_argument('--part', choices=('backbone', 'model'), default='backbone')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
-                        help='export size (default: the smallest dynamic size + 35, + 67)')
+                        help='export size (default: a little above the smallest dynamic size)')
     parser.add_argument('--dynamic', action='store_true',
                         help='dynamic batch, height and width')
     parser.add_argument('--min-size', type=int,
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
             raise SystemExit(f'--min-size {args.min_size}: the deepest map must be at least 2 '
                              f'pixels, i.e. sides >= {floor}')
         low = args.min_size
-    height, width = args.shape or (low + 35, low + 67)
+    height, width = args.shape or deploy.export_shape(low)
     if args.dynamic and min(height, width) < low:
         raise SystemExit(f'--shape {height} {width}: a dynamic graph of this model serves sides '
                          f'>= {low} (--min-size, mmvit_ext.deploy.min_dynamic_size)')

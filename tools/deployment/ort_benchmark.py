@@ -51,7 +51,7 @@ def main(argv=None) -> int:
             if not args.static and min(args.shape) < low:
                 raise SystemExit(f'--shape {args.shape[0]} {args.shape[1]}: a dynamic graph of '
                                  f'this model serves sides >= {low}; use --static')
-            example = inputs if args.static else torch.randn(2, 3, low + 35, low + 67)
+            example = inputs if args.static else torch.randn(2, 3, *deploy.export_shape(low))
             start = time.perf_counter()
             deploy.export_onnx(root, example, path, dynamic=not args.static, min_size=low)
             print(f'[export] {time.perf_counter() - start:.0f} s')
