@@ -113,8 +113,8 @@ class RefinedViT(PlainViTBase):
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
     optional_keys = frozenset({'mlp_ratio', 'expand_ratio', 'kernel_size', 'conv_stem',
                                'scale_adjustment', 'mlp_layer_scale'})
-
     default_arch = 's'
+    paper_figures = {'s': (25, None), 'm': (55, None), 'l': (81, None)}  # Zhou et al. 2021
 
     def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)

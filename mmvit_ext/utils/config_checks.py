@@ -6,10 +6,6 @@ import torch
 from mmengine.config import Config
 
 
-class ConfigError(ValueError):
-    """A config that cannot run, with the setting and the fix named."""
-
-
 def _walk(node: Any, path: str = '') -> Iterator[Tuple[str, Any]]:
     if isinstance(node, dict):
         for key, value in node.items():
