@@ -301,6 +301,18 @@ def official_round_trip_cases() -> Dict[str, Case]:
     return cases
 
 
+def all_cases() -> Dict[Tuple[str, str], Case]:
+    """(family, case name) -> case, over every builder above; the families come from the cases
+    (test_layouts checks that every registered family with a foreign layout has one)."""
+    torch.manual_seed(0)
+    cases = {}
+    for build in (swin_cases, pvt_cases, cait_cases):
+        cases.update({(case.family, name): case for name, case in build().items()})
+    cases.update({(case.family, 'official (round trip, no peer in the venv)'): case
+                  for case in official_round_trip_cases().values()})
+    return cases
+
+
 def upernet_cfg(backbone: dict) -> dict:
     """A small UperNet around ``backbone`` (decode head on 32/64/128/256 channels)."""
     from mmengine.config import Config

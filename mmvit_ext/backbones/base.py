@@ -60,6 +60,7 @@ class BaseBackbone(BaseModule):
       ``optional_keys`` of a custom arch: :meth:`resolve_arch`;
     * ``vocabulary``: the peers' names for its arguments (:mod:`.vocabulary`);
     * ``paper_figures``: the presets ``model_stats --all`` counts, with the paper's numbers;
+    * ``official_code``: where ``official_parity.py`` finds the official model;
     * :meth:`infer_arch`: constructor settings read off a state dict of our layout;
     * :meth:`classifier_settings`: the settings that make the classifier form;
     * :meth:`export_limits`: input sizes a dynamic ONNX graph serves;
@@ -75,6 +76,9 @@ class BaseBackbone(BaseModule):
     optional_keys: FrozenSet[str] = frozenset()
     vocabulary: Vocabulary = Vocabulary()
     paper_figures: Dict[str, PaperFigures] = {}
+    # the official repository's model module and our arch -> its constructor, for
+    # tools/analysis/official_parity.py (None: no official code to check against)
+    official_code: Optional[Tuple[str, Dict[str, str]]] = None
     in_channels: int = 3
     min_input_size: int = 1
 

@@ -115,6 +115,8 @@ class RefinedViT(PlainViTBase):
                                'scale_adjustment', 'mlp_layer_scale'})
     default_arch = 's'
     paper_figures = {'s': (25, None), 'm': (55, None), 'l': (81, None)}  # Zhou et al. 2021
+    official_code = ('models.refined_transformer',
+                     {'s': 'Refiner_ViT_S', 'm': 'Refiner_ViT_M', 'l': 'Refiner_ViT_L'})
 
     def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)
