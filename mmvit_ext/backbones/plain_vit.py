@@ -15,14 +15,13 @@ import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention, norm_mlp,
-                      init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
+from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention, norm_mlp,
+                      init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
+                      tokens_to_map)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
 from .base import BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
                          translate)
-
-Size2 = Tuple[int, int]
 OUT_TYPES = ('featmap', 'cls_token')
 
 
@@ -385,10 +384,8 @@ class PlainViTBase(BaseBackbone):
         feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
         if self.out_type == 'cls_token':
             return (self.forward_cls_token(tokens),)
-        b = tokens.shape[0]
         num_patches = hw[0] * hw[1]  # the class token (with_cls_token) is not a map pixel
-        maps = [f[:, f.shape[1] - num_patches:].transpose(1, 2).reshape(b, self.embed_dims, *hw)
-                for f in feats]
+        maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
         if self.pyramid is None:
             return tuple(maps)
         if len(maps) == 1:

@@ -6,14 +6,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention, norm_mlp,
-                      init_linear_and_norm, linear_drop_path_rates)
+from ..layers import (ConvMlp, DropPath, PatchEmbed, Size2, SpatialReductionAttention, norm_mlp,
+                      init_linear_and_norm, linear_drop_path_rates, tokens_to_map)
 from ..registry import MODELS
 from .base import BaseBackbone
 from .vocabulary import (GELU, LN_EPS, Vocabulary, cfg_check, equals, is_bool, pair_check,
                          seq_equals, translate)
-
-Size2 = Tuple[int, int]
 
 
 def _mmdet_dims(explicit: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
@@ -225,8 +223,7 @@ class PyramidVisionTransformerV2(BaseBackbone):
             tokens, hw = stage.patch_embed(x)
             for block in stage.blocks:
                 tokens = self.run_block(block, tokens, hw)
-            tokens = stage.norm(tokens)
-            x = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, *hw)
+            x = tokens_to_map(stage.norm(tokens), hw)
             if i in self.out_indices:
                 outs.append(x)
         return tuple(outs)

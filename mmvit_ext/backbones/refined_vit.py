@@ -8,12 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, fit_window, merge_windows, norm_mlp,
-                      partition_windows, to_2tuple)
+from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, Size2, fit_window, from_windows,
+                      norm_mlp, to_2tuple, to_windows)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
-
-Size2 = Tuple[int, int]
 
 
 class RefinerAttention(AttentionBase):
@@ -69,9 +67,9 @@ class RefinerAttention(AttentionBase):
             return self.attend_map(x, prev_map)
         b, n, c = x.shape
         window, shift = fit_window(hw, self.window_size, (0, 0))
-        windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        windows, padded = to_windows(x.view(b, hw[0], hw[1], c), window, shift)
         out, handed_on = self.attend_map(windows, prev_map)
-        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
+        return from_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
 
 
 class RefinerBlock(ViTBlock):

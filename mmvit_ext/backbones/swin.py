@@ -7,17 +7,15 @@ import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, known_zero,
-                      linear_drop_path_rates, norm_mlp, resize_pos_embed)
+from ..layers import (DropPath, Mlp, PatchEmbed, Size2, WindowAttention, init_linear_and_norm,
+                      linear_drop_path_rates, norm_mlp, pad_to_multiple, resize_pos_embed,
+                      tokens_to_map)
 from ..registry import MODELS
 from .base import BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, ConfigError, Vocabulary, cfg_check, equals, is_bool,
                          seq_equals, to_pair, translate)
-
-Size2 = Tuple[int, int]
 
 
 def _stage_cfgs(value: Any, args: Dict[str, Any]) -> Optional[str]:
@@ -97,9 +95,7 @@ class PatchMerging(nn.Module):
     def forward(self, x: torch.Tensor, hw: Size2) -> Tuple[torch.Tensor, Size2]:
         b, _, c = x.shape
         h, w = hw
-        x = x.view(b, h, w, c)
-        if not known_zero((h % 2, w % 2)):  # no size branch under export
-            x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+        x = pad_to_multiple(x.view(b, h, w, c), (2, 2), channels_last=True)
         h2, w2 = x.shape[1] // 2, x.shape[2] // 2
         # (row parity, col parity) order (0,0), (1,0), (0,1), (1,1) as in the official model
         x = x.view(b, h2, 2, w2, 2, c).permute(0, 1, 3, 4, 2, 5).reshape(b, h2 * w2, 4 * c)
@@ -346,9 +342,7 @@ class SwinTransformer(BaseBackbone):
             for block in stage.blocks:
                 x = self.run_block(block, x, hw)
             if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                grid = out.view(out.shape[0], *hw, out.shape[-1])
-                outs.append(grid.permute(0, 3, 1, 2).contiguous())
+                outs.append(tokens_to_map(getattr(self, f'norm{i}')(x), hw))
             if stage.downsample is not None:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)

@@ -12,7 +12,7 @@ a size as taken at the example, freezing the graph to it. The CPU kernels of
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
