@@ -165,14 +165,8 @@ def mask_rcnn_cfg(backbone: dict) -> dict:
 def build_in_scope(scope: str, cfg: dict) -> nn.Module:
     """Build ``cfg`` with ``scope``'s MODELS in ``scope`` as the default scope, as its tools do
     (not in a scope another test left behind)."""
-    import importlib
-
-    from mmengine.registry import DefaultScope
-    if scope != 'mmvit_ext':
-        importlib.import_module(f'{scope}.models')
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        return registry.build(cfg)
+    from mmvit_ext.utils import build_model
+    return build_model(cfg, scope=scope)
 
 
 def build_detector(cfg: dict) -> nn.Module:

@@ -29,7 +29,7 @@ from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
 from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
-from mmvit_ext.utils import retain_freed_memory
+from mmvit_ext.utils import build_model, retain_freed_memory
 
 
 
@@ -94,14 +94,9 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
             models.update(peers)
         return models
     from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmdet.registry import MODELS as DET
-    import mmdet.models  # noqa: F401
     cfg = Config.fromfile(args.config)
-    cfg.model.backbone.init_cfg = None
     cfg.model.backbone.drop_path_rate = 0.0
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        detector = DET.build(cfg.model)
+    detector = build_model(cfg, pretrained=False)
     detector.init_weights()
     models = {'ours': DetectorTrainStep(detector)}
     if args.compare:

@@ -111,8 +111,9 @@ FORM = {'mmdet': 'params: whole detector; FLOPs: backbone + neck + dense head (n
 def config_model(path: str) -> Tuple[nn.Module, str]:
     """The config's model, built in its task's scope with the backbone's weights left out."""
     from mmengine.config import Config
-    from mmvit_ext.utils.config_checks import build_task_model
-    return build_task_model(Config.fromfile(path))
+    from mmvit_ext.utils import build_model, task_scope
+    cfg = Config.fromfile(path)
+    return build_model(cfg, pretrained=False), task_scope(cfg)
 
 
 class _Counted(nn.Module):
