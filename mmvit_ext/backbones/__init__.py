@@ -34,8 +34,6 @@ def family_class(family: str) -> Type[BaseBackbone]:
     return classes[family]
 
 
-# family name (as in ``FAMILY:ARCH`` presets of the tools) -> registered class name
-FAMILIES = registered_families()
 # every registered backbone class, importable from here (``from mmvit_ext.backbones import X``)
 globals().update({cls.__name__: cls for cls in family_classes().values()})
 
@@ -50,6 +48,6 @@ def preset_config(spec: str, **settings) -> dict:
     return dict(type=f'mmvit_ext.{families[family]}', arch=arch, **settings)
 
 
-__all__ = ['BaseBackbone', 'ExportLimits', 'FAMILIES', 'family_classes', 'family_class',
+__all__ = ['BaseBackbone', 'ExportLimits', 'family_classes', 'family_class',
            'registered_families', 'preset_config', *(cls.__name__
                                                       for cls in family_classes().values())]
