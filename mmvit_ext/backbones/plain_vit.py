@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention, norm_mlp,
+from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
 from .base import BaseBackbone
@@ -62,7 +62,7 @@ class ViTBlock(nn.Module):
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         a = self.scale_adjustment
         x = x + self.drop_path(self.ls1(self.attn(self.norm1(self.scaled(x)), hw))) / a
-        return x + self.drop_path(self.ls2(norm_mlp(self.scaled(x), self.norm2, self.mlp))) / a
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a
 
 
 class PlainViTBase(BaseBackbone):

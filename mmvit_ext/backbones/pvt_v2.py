@@ -6,7 +6,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention, norm_mlp,
+from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention,
                       init_linear_and_norm, linear_drop_path_rates)
 from ..registry import MODELS
 from .base import BaseBackbone
@@ -34,7 +34,7 @@ class PVTv2Block(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(norm_mlp(x, self.norm2, self.mlp, hw))
+        return x + self.drop_path(self.mlp(self.norm2(x), hw))
 
 
 class PVTv2Stage(nn.Module):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, known_zero,
-                      linear_drop_path_rates, norm_mlp, resize_pos_embed)
+                      linear_drop_path_rates, resize_pos_embed)
 from ..registry import MODELS
 from .base import BaseBackbone
 from .vocabulary import ConfigError, to_pair, translate
@@ -39,7 +39,7 @@ class SwinBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(norm_mlp(x, self.norm2, self.mlp))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class PatchMerging(nn.Module):

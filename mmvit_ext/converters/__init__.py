@@ -10,7 +10,7 @@ import pkgutil
 from .io import (CheckpointError, hub_cache_path, is_url, read_checkpoint, resolve_checkpoint,
                  save_state_dict, unwrap_state_dict)
 from .layouts import LAYOUTS, Layout, detect_layout, detect_layouts, register_layout
-from .loading import (LoadReport, convert_for_model, load_pretrained, partial_loading,
+from .loading import (LoadReport, convert_for_model, load_pretrained,
                       prepare_state_dict)
 from .plain_vit import (convert_official_cait, convert_official_deepvit,
                         convert_official_refiner, export_official_cait, export_official_deepvit,
@@ -27,7 +27,7 @@ __all__ = [
     'CheckpointError', 'read_checkpoint', 'save_state_dict', 'unwrap_state_dict', 'is_url',
     'hub_cache_path', 'resolve_checkpoint', 'LAYOUTS', 'Layout', 'detect_layout',
     'detect_layouts', 'register_layout', 'LoadReport', 'convert_for_model', 'load_pretrained',
-    'partial_loading', 'prepare_state_dict', 'convert_timm_swin', 'convert_openmmlab_swin',
+    'prepare_state_dict', 'convert_timm_swin', 'convert_openmmlab_swin',
     'convert_hf_swin', 'convert_timm_pvtv2', 'convert_mmdet_pvtv2', 'convert_hf_pvtv2',
     'convert_official_swin', 'convert_official_pvtv2',
     'export_official_swin', 'export_official_pvtv2', 'convert_official_cait',

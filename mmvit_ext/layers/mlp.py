@@ -1,11 +1,9 @@
-"""Token MLPs: the transformer MLP and PVTv2's convolutional FFN, and :func:`norm_mlp`, the
-pre-norm MLP branch of a block."""
-from typing import Any, Callable, Optional, Tuple
+"""Token MLPs: the transformer MLP and PVTv2's convolutional FFN."""
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import handle_torch_function, has_torch_function_unary
 
 
 class Mlp(nn.Module):
@@ -54,14 +52,3 @@ class ConvMlp(nn.Module):
         grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
         x = self.act(self.dwconv(grid).flatten(2).transpose(1, 2))
         return self.drop(self.fc2(self.drop(x)))
-
-
-def norm_mlp(x: torch.Tensor, norm: nn.Module, mlp: nn.Module, *args: Any) -> torch.Tensor:
-    """``mlp(norm(x), *args)``, the MLP branch of a pre-norm block.
-
-    One call rather than two so that device kernels (:mod:`mmvit_ext.ops`) can fuse the norm into
-    fc1; like ``torch.nn.functional`` it honours ``__torch_function__``.
-    """
-    if has_torch_function_unary(x):
-        return handle_torch_function(norm_mlp, (x,), x, norm, mlp, *args)
-    return mlp(norm(x), *args)

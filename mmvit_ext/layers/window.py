@@ -5,7 +5,7 @@ caches keyed by sizes, no host-to-device copies. Sizes may be symbolic (``torch.
 dynamic shapes): window fitting, padding, shifts and masks are then arithmetic on the input's
 sizes, never a branch on them, so an exported graph serves every input size.
 """
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +15,16 @@ from .rel_pos import RelativePositionBias
 from .utils import known_equal, known_true, known_zero, to_2tuple
 
 Size2 = Tuple[int, int]
+
+
+class WindowGeometry(NamedTuple):
+    """How :meth:`WindowAttention.to_windows` cut a map: ``window is None`` for global
+    attention."""
+    hw: Size2
+    tokens: Tuple[int, int, int]  # (B, H*W, C) of the input
+    window: Optional[Size2] = None
+    shift: Optional[Size2] = None
+    padded: Optional[Size2] = None
 
 
 def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2, Size2]:
@@ -163,9 +173,13 @@ class WindowAttention(Attention):
         """Bias (H, N, N) added to every window's logits, or ``None``."""
         return self.rel_pos(window) if self.rel_pos is not None else None
 
-    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+    def to_windows(self, x: torch.Tensor, hw: Size2
+                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor], WindowGeometry]:
+        """Tokens (B, H*W, C) -> windows (B, num_windows, N, C) (the tokens themselves for
+        global attention), their bias (position bias and shift mask, or ``None``) and the
+        geometry :meth:`from_windows` needs."""
         if self.window_size is None:
-            return super().forward(x)
+            return x, None, WindowGeometry(hw, x.shape)
         b, n, c = x.shape
         window, shift = ((self.window_size, self.shift_size) if self.pad_small_map
                          else fit_window(hw, self.window_size, self.shift_size))
@@ -174,5 +188,15 @@ class WindowAttention(Attention):
         if not known_zero(shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
             bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
-        out = super().forward(windows, attn_bias=bias)
-        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c)
+        return windows, bias, WindowGeometry(hw, (b, n, c), window, shift, padded)
+
+    def from_windows(self, out: torch.Tensor, geometry: WindowGeometry) -> torch.Tensor:
+        """Inverse of :meth:`to_windows` on the output tokens: -> (B, H*W, C)."""
+        if geometry.window is None:
+            return out
+        merged = merge_windows(out, geometry.window, geometry.shift, geometry.padded, geometry.hw)
+        return merged.reshape(geometry.tokens)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        windows, bias, geometry = self.to_windows(x, hw)
+        return self.from_windows(super().forward(windows, attn_bias=bias), geometry)

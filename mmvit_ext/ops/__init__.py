@@ -8,70 +8,44 @@ same semantics -- the one place where kernels are chosen by device and dtype:
 ==============================================  =============================================
 call in the model code                          CPU kernel (where it applies, else the call)
 ==============================================  =============================================
-``F.linear`` (every ``nn.Linear``)              oneDNN GEMM, float32 (:mod:`.cpu_gemm`)
+``F.linear`` (every ``nn.Linear``)              oneDNN GEMM, float32 (:mod:`.cpu_gemm`); after
+                                                a LayerNorm / GELU in training, one that saves
+                                                the producer's input instead (:mod:`.cpu_mlp`)
+``F.layer_norm``, ``F.gelu``                    the same op, output tagged for ``F.linear``
 ``layers.scaled_dot_product_attention``         small-map kernel (:mod:`.cpu_attention`)
 ``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`)
-``layers.norm_mlp`` (LayerNorm -> Mlp/ConvMlp)   LayerNorm->fc1, GELU->fc2 fused (:mod:`.cpu_mlp`)
 ==============================================  =============================================
 
-``MMVIT_EXT_KERNELS=portable`` in the environment (or :func:`set_kernels`) turns every kernel
-off: CPU then runs exactly the code a GPU runs.
+``mmvit_ext.flags.kernels('portable')`` (or ``MMVIT_EXT_KERNELS=portable`` in the environment)
+turns every kernel off: CPU then runs exactly the code a GPU runs.
 """
-import os
 import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from .. import flags
 from ..layers.attention import explicit_attention, scaled_dot_product_attention
-from ..layers.mlp import norm_mlp
 from . import cpu_attention, cpu_gemm, cpu_mlp
 
-KERNEL_CHOICES = ('auto', 'portable')
-CPU_KERNELS: Dict[Callable, Callable] = {
-    F.linear: cpu_gemm.linear,
-    scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
-    explicit_attention: cpu_attention.chunked_explicit_attention,
-    norm_mlp: cpu_mlp.norm_mlp,
-}
-
-
-def _choice_from_env() -> str:
-    value = os.environ.get('MMVIT_EXT_KERNELS', 'auto')
-    if value not in KERNEL_CHOICES:
-        raise ValueError(f'MMVIT_EXT_KERNELS must be one of {KERNEL_CHOICES}, got {value!r}')
-    return value
-
-
-_choice = _choice_from_env()
 _active = threading.local()
 
 
-def set_kernels(choice: str) -> str:
-    """``'auto'`` (CPU kernels where they apply) or ``'portable'`` (none); returns the previous
-    choice."""
-    global _choice
-    if choice not in KERNEL_CHOICES:
-        raise ValueError(f'kernels must be one of {KERNEL_CHOICES}, got {choice!r}')
-    previous, _choice = _choice, choice
-    return previous
+def _linear(*args: Any, **kwargs: Any) -> Any:
+    """The recomputing Linear after a tagged producer, else the oneDNN GEMM."""
+    out = cpu_mlp.linear(*args, **kwargs)
+    return cpu_gemm.linear(*args, **kwargs) if out is NotImplemented else out
 
 
-def get_kernels() -> str:
-    return _choice
-
-
-@contextmanager
-def kernels(choice: str) -> Iterator[None]:
-    """Run a block of code with ``choice`` (tests, benchmarks)."""
-    previous = set_kernels(choice)
-    try:
-        yield
-    finally:
-        set_kernels(previous)
+CPU_KERNELS: Dict[Callable, Callable] = {
+    F.linear: _linear,
+    F.layer_norm: cpu_mlp.layer_norm,
+    F.gelu: cpu_mlp.gelu,
+    scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
+    explicit_attention: cpu_attention.chunked_explicit_attention,
+}
 
 
 class CpuKernels(TorchFunctionMode):
@@ -93,8 +67,8 @@ def cpu_kernels_apply(x: torch.Tensor) -> bool:
     being compiled, traced or exported, and not already inside :class:`CpuKernels`."""
     if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
         return False
-    return (_choice == 'auto' and x.device.type == 'cpu' and not getattr(_active, 'on', False)
-            and not torch.onnx.is_in_onnx_export())
+    return (flags.kernels.get() == 'auto' and x.device.type == 'cpu'
+            and not getattr(_active, 'on', False) and not torch.onnx.is_in_onnx_export())
 
 
 def call(fn: Callable[..., Any], x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -117,5 +91,4 @@ def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-__all__ = ['KERNEL_CHOICES', 'CPU_KERNELS', 'CpuKernels', 'set_kernels', 'get_kernels',
-           'kernels', 'cpu_kernels_apply', 'call', 'with_kernels']
+__all__ = ['CPU_KERNELS', 'CpuKernels', 'cpu_kernels_apply', 'call', 'with_kernels']
