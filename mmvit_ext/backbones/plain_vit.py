@@ -18,7 +18,7 @@ from ..converters.layouts import StateDict
 from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
-from .base import BaseBackbone
+from .base import AttentionBlock, BaseBackbone
 from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
@@ -291,6 +291,12 @@ class PlainViTBase(BaseBackbone):
         return [('patch_embed', 'pos_embed', 'cls_token'),
                 *((f'blocks.{i}',) for i in range(len(self.blocks))),
                 *((f'cls_blocks.{i}',) for i in range(len(self.cls_blocks or ())))]
+
+    analysis_settings = dict(window_size=None, simple_pyramid=False)
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        """The trunk blocks (not CaiT's class-attention blocks), all at the patch stride."""
+        return [AttentionBlock(block, block.attn, self.patch_size) for block in self.blocks]
 
     # ---- training behaviour ------------------------------------------------------------------
     def frozen_modules(self) -> List[nn.Module]:

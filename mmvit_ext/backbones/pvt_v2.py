@@ -9,7 +9,7 @@ from torch import nn
 from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention,
                       init_linear_and_norm, linear_drop_path_rates)
 from ..registry import MODELS
-from .base import BaseBackbone
+from .base import AttentionBlock, BaseBackbone
 from .vocabulary import translate
 
 Size2 = Tuple[int, int]
@@ -156,6 +156,10 @@ class PyramidVisionTransformerV2(BaseBackbone):
         if self.frozen_stages < 0:
             return []
         return [self.layers[0].patch_embed, *self.layers[:self.frozen_stages]]
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        return [AttentionBlock(block, block.attn, self.level_strides[i])
+                for i, stage in enumerate(self.layers) for block in stage.blocks]
 
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         outs = []

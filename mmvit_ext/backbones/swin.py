@@ -13,7 +13,7 @@ from torch import nn
 from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, known_zero,
                       linear_drop_path_rates, resize_pos_embed)
 from ..registry import MODELS
-from .base import BaseBackbone
+from .base import AttentionBlock, BaseBackbone
 from .vocabulary import ConfigError, to_pair, translate
 
 Size2 = Tuple[int, int]
@@ -232,6 +232,10 @@ class SwinTransformer(BaseBackbone):
             groups += [(f'layers.{i}.blocks.{j}',) for j in range(len(stage.blocks))]
             groups[-1] += (f'layers.{i}.downsample',)
         return groups
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        return [AttentionBlock(block, block.attn, self.level_strides[i])
+                for i, stage in enumerate(self.layers) for block in stage.blocks]
 
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
