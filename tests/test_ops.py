@@ -180,3 +180,20 @@ def test_recomputed_input_linear_declines_what_it_does_not_implement():
     assert cpu_mlp.linear(x, torch.ones(4, 8)) is NotImplemented  # an untagged input
     tagged = cpu_mlp.gelu(x)
     assert cpu_mlp.linear(tagged, torch.ones(4, 8)) is not NotImplemented
+
+
+def test_mlp_inference_row_chunks_equal_whole(monkeypatch):
+    """At inference inside ops.call, an Mlp runs on row chunks through its own forward (the
+    module kernel), with the whole run's values; the module is left as it was."""
+    from mmvit_ext.layers import Mlp
+    from mmvit_ext.ops import cpu_mlp
+    monkeypatch.setattr(cpu_mlp, 'MLP_CHUNK_ELEMENTS', 32 * 300)
+    mlp = Mlp(8, 32)
+    rows = []
+    mlp.fc1.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    x = torch.randn(2, 700, 8)
+    with torch.no_grad():
+        chunked = ops.call(mlp, x)
+        assert rows == [300, 300, 300, 300, 200]
+        torch.testing.assert_close(chunked, mlp(x), rtol=1e-5, atol=1e-5)
+    assert 'forward' not in vars(mlp)

@@ -16,18 +16,26 @@ call in the model code                          CPU kernel (where it applies, el
 ``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`)
 ==============================================  =============================================
 
+Module kernels (:data:`MODULE_KERNELS`) stand in for the ``forward`` of a layer type while a
+forward runs inside :func:`call`; they run the module's own forward, on row chunks of the tokens
+at inference (:func:`.cpu_mlp.mlp_in_row_chunks` for :class:`~mmvit_ext.layers.Mlp`).
+
 ``mmvit_ext.flags.kernels('portable')`` (or ``MMVIT_EXT_KERNELS=portable`` in the environment)
 turns every kernel off: CPU then runs exactly the code a GPU runs.
 """
+import functools
 import threading
-from typing import Any, Callable, Dict
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .. import flags
 from ..layers.attention import explicit_attention, scaled_dot_product_attention
+from ..layers.mlp import Mlp
 from . import cpu_attention, cpu_gemm, cpu_mlp
 
 _active = threading.local()
@@ -46,6 +54,28 @@ CPU_KERNELS: Dict[Callable, Callable] = {
     scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
     explicit_attention: cpu_attention.chunked_explicit_attention,
 }
+MODULE_KERNELS: Dict[type, Callable[..., Any]] = {
+    Mlp: cpu_mlp.mlp_in_row_chunks,
+}
+
+
+@contextmanager
+def module_kernels(root: Any) -> Iterator[None]:
+    """Within the block, the modules of ``root`` (a module, or a bound method of one) whose type
+    has a :data:`MODULE_KERNELS` entry run it as their ``forward``."""
+    owner = root if isinstance(root, nn.Module) else getattr(root, '__self__', None)
+    patched = []
+    if isinstance(owner, nn.Module):
+        for module in owner.modules():
+            kernel = MODULE_KERNELS.get(type(module))
+            if kernel is not None and 'forward' not in vars(module):
+                module.forward = functools.partial(kernel, module)  # shadows the class's
+                patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
 
 
 class CpuKernels(TorchFunctionMode):
@@ -77,7 +107,7 @@ def call(fn: Callable[..., Any], x: torch.Tensor, *args: Any, **kwargs: Any) -> 
         return fn(x, *args, **kwargs)
     _active.on = True
     try:
-        with CpuKernels():
+        with CpuKernels(), module_kernels(fn):
             return fn(x, *args, **kwargs)
     finally:
         _active.on = False
@@ -91,4 +121,4 @@ def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-__all__ = ['CPU_KERNELS', 'CpuKernels', 'cpu_kernels_apply', 'call', 'with_kernels']
+__all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply', 'call', 'with_kernels']

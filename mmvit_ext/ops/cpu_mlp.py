@@ -1,6 +1,8 @@
-"""CPU training kernels for a Linear fed by a LayerNorm or an exact GELU (a pre-norm block's
-``norm -> fc1`` and an MLP's ``act -> fc2``, wherever they occur): the Linear saves its input's
-*producer's* input instead of its own input, and recomputes the input in backward.
+"""CPU kernels around the MLPs.
+
+Training: a Linear fed by a LayerNorm or an exact GELU (a pre-norm block's ``norm -> fc1`` and
+an MLP's ``act -> fc2``, wherever they occur) saves its input's *producer's* input instead of its
+own input, and recomputes the input in backward.
 
 The model code stays as written (``mlp(norm(x))``): under :class:`~mmvit_ext.ops.CpuKernels`,
 ``F.layer_norm`` and ``F.gelu`` return their usual output, tagged with what produced it, and
@@ -8,29 +10,40 @@ The model code stays as written (``mlp(norm(x))``): under :class:`~mmvit_ext.ops
 its own input for its backward, so the Linear's input (the normalised tokens; the GELU output,
 the widest tensor of an MLP) is never saved: fewer freshly mapped pages on the 2-core VM, which
 is where CPU training time goes at these sizes. The GELU recomputation in backward writes to the
-per-thread workspace. Applies to float32 CPU tensors, the GEMMs in the autocast dtype under CPU
-autocast; values are those of the unfused ops.
+per-thread workspace. Applies to float32 CPU tensors, and under CPU autocast to its GEMMs (in the
+autocast dtype) and GELUs; values are those of the unfused ops.
+
+Inference: :func:`mlp_in_row_chunks` runs a token-wise MLP on row chunks (each through the
+module's own forward) whose hidden activations stay under ``MLP_CHUNK_ELEMENTS``: buffers glibc
+recycles instead of freshly mapped pages.
 """
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .cpu_gemm import any_linear, linear_backward
 from .workspace import workspace
 
 _TAG = '_mmvit_ext_producer'  # (kind, inputs) of the op that produced a tensor
+# Hidden activations per token chunk of an inference-time MLP (16 MB in float32).
+MLP_CHUNK_ELEMENTS = 2 ** 22
 
 
 def _applies(x: torch.Tensor) -> bool:
-    return (x.device.type == 'cpu' and x.dtype == torch.float32 and x.is_contiguous()
+    """float32 CPU tensors (or, under CPU autocast, its reduced-precision ones) with autograd."""
+    dtypes = (torch.float32, torch.get_autocast_dtype('cpu')) \
+        if torch.is_autocast_enabled('cpu') else (torch.float32,)
+    return (x.device.type == 'cpu' and x.dtype in dtypes and x.is_contiguous()
             and torch.is_grad_enabled())
 
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, eps: float = 1e-5):
     """``F.layer_norm``, its output tagged for :func:`linear` (affine, last-dim norms)."""
-    if not _applies(x) or weight is None or bias is None or len(normalized_shape) != 1:
+    if not _applies(x) or x.dtype != torch.float32 or weight is None or bias is None \
+            or len(normalized_shape) != 1:
         return NotImplemented
     out = F.layer_norm(x, normalized_shape, weight, bias, eps)
     setattr(out, _TAG, ('layer_norm', (x, weight, bias), eps))
@@ -67,6 +80,10 @@ class RecomputedInputLinear(torch.autograd.Function):
         with torch.autocast('cpu', enabled=False):
             b = bias.to(compute_dtype) if bias is not None else None
             out = any_linear(x.to(compute_dtype), weight.to(compute_dtype), b)
+        if out._base is not None:  # oneDNN's channels-last result is a view: in-place ops after
+            # a custom Function need its own tensor, here one on the same memory (no copy)
+            out = out.new_empty(0).set_(out.untyped_storage(), out.storage_offset(), out.shape,
+                                        out.stride())
         ctx.save_for_backward(weight, *producer_inputs)
         ctx.kind, ctx.eps, ctx.compute_dtype = kind, eps, compute_dtype
         ctx.has_bias, ctx.x_dtype = bias is not None, x.dtype
@@ -97,4 +114,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return RecomputedInputLinear.apply(x, weight, bias, kind, eps, *inputs)
 
 
-__all__ = ['layer_norm', 'gelu', 'linear', 'RecomputedInputLinear']
+def mlp_in_row_chunks(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``mlp(x)`` for a token-wise MLP (``fc1`` -> ... -> ``fc2`` on (..., C) tokens), in row
+    chunks at inference on CPU; otherwise the module's forward as it is."""
+    forward = type(mlp).forward
+    if torch.is_grad_enabled() or x.device.type != 'cpu' or x.dim() < 2:
+        return forward(mlp, x)
+    rows = x.numel() // x.shape[-1]
+    chunk = max(256, MLP_CHUNK_ELEMENTS // mlp.fc1.out_features)
+    if rows <= chunk:
+        return forward(mlp, x)
+    flat = x.reshape(rows, x.shape[-1])
+    out = torch.cat([forward(mlp, flat[i:i + chunk]) for i in range(0, rows, chunk)])
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+__all__ = ['layer_norm', 'gelu', 'linear', 'RecomputedInputLinear', 'mlp_in_row_chunks',
+           'MLP_CHUNK_ELEMENTS']
