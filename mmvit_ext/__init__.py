@@ -13,6 +13,6 @@ from . import backbones, converters, engine, flags, layers  # noqa: E402,F401
 from .optim import LayerDecayOptimWrapperConstructor  # noqa: E402
 from .registry import HOOKS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS  # noqa: E402
 
-__all__ = ['__version__', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'backbones', 'engine', 'flags',
-           'converters', 'layers', 'LayerDecayOptimWrapperConstructor',
+__all__ = ['__version__', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'backbones', 'engine',
+           'flags', 'converters', 'layers', 'LayerDecayOptimWrapperConstructor',
            'allow_mmengine_checkpoints']

@@ -1,8 +1,9 @@
 """The switches of mmvit_ext, each set for a block of code by a context manager.
 
 ==========================================  ===================================================
-``with flags.fused_attention(False):``       every attention materialises its map (the explicit
-                                            path): ``attn_map`` forward hooks see every map,
+``with flags.fused_attention(False):``       every attention materialises its whole map (the
+                                            explicit path, no fused or chunked kernel):
+                                            ``attn_map`` forward hooks see every map once,
                                             FLOP counters see the matmuls. ``True`` (default):
                                             attention without map transforms may run
                                             ``F.scaled_dot_product_attention``; a module built

@@ -20,8 +20,9 @@ from .window import (WindowAttention, WindowGeometry, fit_window, merge_windows,
 
 __all__ = [
     'Attention', 'AttentionBase', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
-    'scaled_dot_product_attention', 'explicit_attention', 'map_attention', 'ReAttention', 'RefinerMap',
-    'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window', 'partition_windows', 'merge_windows',
+    'scaled_dot_product_attention', 'explicit_attention', 'map_attention', 'ReAttention',
+    'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
+    'partition_windows', 'merge_windows',
     'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table',
     'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'PatchEmbed', 'ConvStemEmbed',

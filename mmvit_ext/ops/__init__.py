@@ -121,4 +121,5 @@ def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-__all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply', 'call', 'with_kernels']
+__all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply',
+           'call', 'with_kernels']
