@@ -17,8 +17,9 @@ call in the model code                          CPU kernel (where it applies, el
 ==============================================  =============================================
 
 Module kernels (:data:`MODULE_KERNELS`) stand in for the ``forward`` of a layer type while a
-forward runs inside :func:`call`; they run the module's own forward, on row chunks of the tokens
-at inference (:func:`.cpu_mlp.mlp_in_row_chunks` for :class:`~mmvit_ext.layers.Mlp`).
+forward runs inside :func:`call`; they run the module's own forward (:func:`.cpu_mlp.mlp_kernel`
+for ``Mlp`` / ``ConvMlp``: GELU outputs into a reused buffer in training, row chunks at
+inference).
 
 ``mmvit_ext.flags.kernels('portable')`` (or ``MMVIT_EXT_KERNELS=portable`` in the environment)
 turns every kernel off: CPU then runs exactly the code a GPU runs.
@@ -35,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import flags
 from ..layers.attention import explicit_attention, scaled_dot_product_attention
-from ..layers.mlp import Mlp
+from ..layers.mlp import ConvMlp, Mlp
 from . import cpu_attention, cpu_gemm, cpu_mlp
 
 _active = threading.local()
@@ -55,7 +56,8 @@ CPU_KERNELS: Dict[Callable, Callable] = {
     explicit_attention: cpu_attention.chunked_explicit_attention,
 }
 MODULE_KERNELS: Dict[type, Callable[..., Any]] = {
-    Mlp: cpu_mlp.mlp_in_row_chunks,
+    Mlp: cpu_mlp.mlp_kernel,
+    ConvMlp: cpu_mlp.mlp_kernel,
 }
 
 

@@ -13,10 +13,13 @@ is where CPU training time goes at these sizes. The GELU recomputation in backwa
 per-thread workspace. Applies to float32 CPU tensors, and under CPU autocast to its GEMMs (in the
 autocast dtype) and GELUs; values are those of the unfused ops.
 
-Inference: :func:`mlp_in_row_chunks` runs a token-wise MLP on row chunks (each through the
-module's own forward) whose hidden activations stay under ``MLP_CHUNK_ELEMENTS``: buffers glibc
-recycles instead of freshly mapped pages.
+Inside an MLP (:func:`mlp_kernel`, the module kernel of ``Mlp`` / ``ConvMlp``, whose GELU
+output feeds nothing but fc2) the GELU output itself goes to the workspace too, and its backward
+runs in place on the incoming gradient: no fresh 4C-wide tensor either way. At inference an
+``Mlp`` runs on row chunks (each through the module's own forward) whose hidden activations stay
+under ``MLP_CHUNK_ELEMENTS``: buffers glibc recycles instead of freshly mapped pages.
 """
+import threading
 from typing import Optional, Tuple
 
 import torch
@@ -29,14 +32,31 @@ from .workspace import workspace
 _TAG = '_mmvit_ext_producer'  # (kind, inputs) of the op that produced a tensor
 # Hidden activations per token chunk of an inference-time MLP (16 MB in float32).
 MLP_CHUNK_ELEMENTS = 2 ** 22
+_scope = threading.local()  # inside an MLP's forward: GELU outputs feed only fc2
 
 
 def _applies(x: torch.Tensor) -> bool:
     """float32 CPU tensors (or, under CPU autocast, its reduced-precision ones) with autograd."""
     dtypes = (torch.float32, torch.get_autocast_dtype('cpu')) \
         if torch.is_autocast_enabled('cpu') else (torch.float32,)
-    return (x.device.type == 'cpu' and x.dtype in dtypes and x.is_contiguous()
-            and torch.is_grad_enabled())
+    return x.device.type == 'cpu' and x.dtype in dtypes and torch.is_grad_enabled()
+
+
+class _WorkspaceGelu(torch.autograd.Function):
+    """Exact GELU written to the workspace (its one consumer, fc2, reads it at once and saves
+    ``h`` instead); backward in place on the incoming gradient (fc2's, used by nothing else)."""
+
+    @staticmethod
+    def forward(ctx, h):
+        ctx.save_for_backward(h)
+        return torch._C._nn.gelu(h, out=workspace(h.shape, h.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (h,) = ctx.saved_tensors
+        if not grad.is_contiguous() or grad.dtype != h.dtype:
+            return torch.ops.aten.gelu_backward(grad, h)
+        return torch.ops.aten.gelu_backward.grad_input(grad, h, grad_input=grad)
 
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor] = None,
@@ -51,10 +71,15 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor]
 
 
 def gelu(h: torch.Tensor, approximate: str = 'none'):
-    """Exact ``F.gelu``, its output tagged for :func:`linear`."""
+    """Exact ``F.gelu``, its output tagged for :func:`linear`; inside an MLP in the workspace
+    (at inference too)."""
+    in_mlp = getattr(_scope, 'mlp', False)
+    if not torch.is_grad_enabled() and in_mlp and approximate == 'none' \
+            and h.device.type == 'cpu' and h.dtype == torch.float32:
+        return torch._C._nn.gelu(h, out=workspace(h.shape, h.dtype))
     if not _applies(h) or approximate != 'none':
         return NotImplemented
-    out = F.gelu(h)
+    out = _WorkspaceGelu.apply(h) if in_mlp else F.gelu(h)
     setattr(out, _TAG, ('gelu', (h,), None))
     return out
 
@@ -114,20 +139,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return RecomputedInputLinear.apply(x, weight, bias, kind, eps, *inputs)
 
 
-def mlp_in_row_chunks(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``mlp(x)`` for a token-wise MLP (``fc1`` -> ... -> ``fc2`` on (..., C) tokens), in row
-    chunks at inference on CPU; otherwise the module's forward as it is."""
+def mlp_kernel(mlp: nn.Module, x: torch.Tensor, *args) -> torch.Tensor:
+    """The module's own forward for an MLP whose activation feeds only fc2 (``Mlp``,
+    ``ConvMlp``): in training with GELU outputs in the workspace; at inference a token-wise
+    one (no ``args``) in row chunks."""
     forward = type(mlp).forward
-    if torch.is_grad_enabled() or x.device.type != 'cpu' or x.dim() < 2:
-        return forward(mlp, x)
     rows = x.numel() // x.shape[-1]
     chunk = max(256, MLP_CHUNK_ELEMENTS // mlp.fc1.out_features)
-    if rows <= chunk:
-        return forward(mlp, x)
-    flat = x.reshape(rows, x.shape[-1])
-    out = torch.cat([forward(mlp, flat[i:i + chunk]) for i in range(0, rows, chunk)])
-    return out.view(*x.shape[:-1], out.shape[-1])
+    _scope.mlp = True
+    try:
+        if torch.is_grad_enabled() or args or x.dim() < 2 or rows <= chunk:
+            return forward(mlp, x, *args)
+        flat = x.reshape(rows, x.shape[-1])
+        out = torch.cat([forward(mlp, flat[i:i + chunk]) for i in range(0, rows, chunk)])
+        return out.view(*x.shape[:-1], out.shape[-1])
+    finally:
+        _scope.mlp = False
 
 
-__all__ = ['layer_norm', 'gelu', 'linear', 'RecomputedInputLinear', 'mlp_in_row_chunks',
+__all__ = ['layer_norm', 'gelu', 'linear', 'RecomputedInputLinear', 'mlp_kernel',
            'MLP_CHUNK_ELEMENTS']
