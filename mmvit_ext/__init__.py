@@ -9,10 +9,10 @@ from .version import __version__
 
 allow_mmengine_checkpoints()
 
-from . import backbones, converters, engine, layers  # noqa: E402,F401
+from . import backbones, converters, engine, flags, layers  # noqa: E402,F401
 from .optim import LayerDecayOptimWrapperConstructor  # noqa: E402
 from .registry import HOOKS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS  # noqa: E402
 
 __all__ = ['__version__', 'MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'backbones', 'engine',
-           'converters', 'layers', 'LayerDecayOptimWrapperConstructor',
+           'flags', 'converters', 'layers', 'LayerDecayOptimWrapperConstructor',
            'allow_mmengine_checkpoints']

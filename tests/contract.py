@@ -9,7 +9,7 @@ from typing import Tuple, Type
 import pytest
 import torch
 
-from mmvit_ext import ops
+from mmvit_ext import flags
 from mmvit_ext.backbones import BaseBackbone
 from mmvit_ext.converters import CheckpointError, save_state_dict
 
@@ -116,7 +116,7 @@ def check_kernels_match_portable(cls: Type[BaseBackbone], cfg: dict) -> None:
     results = []
     for choice in ('auto', 'portable'):
         model.zero_grad()
-        with ops.kernels(choice):
+        with flags.kernels(choice):
             outs = model(x)
         sum((o ** 2).mean() for o in outs).backward()
         results.append(([o.detach() for o in outs],

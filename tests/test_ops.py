@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmvit_ext import ops
+from mmvit_ext import flags, ops
 from mmvit_ext.layers import explicit_attention, scaled_dot_product_attention
 from mmvit_ext.layers.map_transforms import TalkingHeads
 from mmvit_ext.ops import cpu_attention, cpu_gemm
@@ -18,7 +18,7 @@ from mmvit_ext.ops import cpu_attention, cpu_gemm
 def _kernels_on():
     """These tests are about the CPU kernels themselves: on, whatever MMVIT_EXT_KERNELS says
     (the rest of the suite runs both ways)."""
-    with ops.kernels('auto'):
+    with flags.kernels('auto'):
         yield
 
 @pytest.mark.parametrize('shape,bias', [((2, 300, 48), True), ((700, 32), False)])
@@ -58,16 +58,15 @@ def test_kernels_route_through_the_mode_and_the_switch(monkeypatch):
     ops.call(layer.double(), torch.randn(rows, 16, dtype=torch.float64))
     assert len(calls) == 1
     layer.float()
-    with ops.kernels('portable'):
+    with flags.kernels('portable'):
         assert not ops.cpu_kernels_apply(torch.randn(1))
         ops.call(layer, torch.randn(rows, 16))
     assert len(calls) == 1
     assert not ops.cpu_kernels_apply(torch.randn(1, device='meta'))
     with pytest.raises(ValueError, match='portable'):
-        ops.set_kernels('fast')
-    monkeypatch.setenv('MMVIT_EXT_KERNELS', 'fast')
-    with pytest.raises(ValueError, match='MMVIT_EXT_KERNELS'):
-        ops._choice_from_env()
+        with flags.kernels('fast'):
+            pass
+    assert flags.kernels.get() == 'auto'  # a refused value changes nothing
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
@@ -140,11 +139,11 @@ def test_inference_chunks_explicit_maps_on_cpu_only(monkeypatch):
 
 @pytest.mark.parametrize('kind', ['mlp', 'conv_mlp', 'conv_mlp_li'])
 @pytest.mark.parametrize('autocast', [False, True])
-def test_fused_norm_mlp_matches_portable(kind, autocast):
-    """The fused LayerNorm->fc1 / GELU->fc2 kernel gives the portable norm_mlp's outputs and
-    the gradients of the input and of every parameter, in float32 and under bf16 autocast."""
-    from mmvit_ext.layers import ConvMlp, Mlp, norm_mlp
-    from mmvit_ext.ops import cpu_mlp
+def test_recomputed_input_linears_match_portable(kind, autocast):
+    """``mlp(norm(x))`` as the blocks write it: inside the CPU kernels, fc1 (after the LayerNorm)
+    and fc2 (after the GELU) save their producer's input instead of their own, with the portable
+    outputs and gradients of the input and of every parameter, in float32 and bf16 autocast."""
+    from mmvit_ext.layers import ConvMlp, Mlp
     torch.manual_seed(0)
     norm = nn.LayerNorm(24)
     nn.init.normal_(norm.weight, 1.0, 0.2), nn.init.normal_(norm.bias, 0.0, 0.2)
@@ -154,35 +153,47 @@ def test_fused_norm_mlp_matches_portable(kind, autocast):
     grad = torch.randn(2, 300, 24)
     params = [x, *norm.parameters(), *mlp.parameters()]
 
-    def run(fn):
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
-            out = fn(x, norm, mlp, *args)
-        return [out.detach().float(), *torch.autograd.grad(out.float(), params, grad)]
+    def run(kernels):
+        with flags.kernels(kernels), torch.autocast('cpu', dtype=torch.bfloat16,
+                                                    enabled=autocast):
+            out = ops.call(lambda t: mlp(norm(t), *args), x)
+        return out, [out.detach().float(), *torch.autograd.grad(out.float(), params, grad)]
 
-    ours, ref = run(cpu_mlp.norm_mlp), run(norm_mlp)
+    (out, ours), (_, ref) = run('auto'), run('portable')
+    assert type(out.grad_fn).__name__ == 'RecomputedInputLinearBackward'  # fc2 after the GELU
     tol = dict(rtol=1e-4, atol=1e-4) if not autocast else dict(rtol=5e-2, atol=5e-2)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, **tol)
-    assert ops.call(lambda t: norm_mlp(t, norm, mlp, *args), x.detach()).shape == x.shape
 
 
-def test_fused_norm_mlp_declines_what_it_does_not_implement():
-    from mmvit_ext.layers import Mlp
+def test_recomputed_input_linear_declines_what_it_does_not_implement():
     from mmvit_ext.ops import cpu_mlp
     x = torch.randn(1, 10, 8)
-    assert cpu_mlp.norm_mlp(x, nn.LayerNorm(8), Mlp(8, act_layer=nn.ReLU)) is NotImplemented
-    assert cpu_mlp.norm_mlp(x, nn.Identity(), Mlp(8)) is NotImplemented
-    assert cpu_mlp.norm_mlp(x.double(), nn.LayerNorm(8).double(), Mlp(8).double()) \
+    weight, bias = torch.ones(8), torch.zeros(8)
+    assert cpu_mlp.layer_norm(x.double(), (8,), weight.double(), bias.double()) \
         is NotImplemented
-    assert cpu_mlp.norm_mlp(x, nn.LayerNorm(8), Mlp(8, drop=0.1).train()) is NotImplemented
+    assert cpu_mlp.layer_norm(x, (8,)) is NotImplemented  # not affine
+    assert cpu_mlp.gelu(x, approximate='tanh') is NotImplemented
+    with torch.no_grad():  # nothing saved at inference: nothing to gain
+        assert cpu_mlp.layer_norm(x, (8,), weight, bias) is NotImplemented
+        assert cpu_mlp.gelu(x) is NotImplemented
+    assert cpu_mlp.linear(x, torch.ones(4, 8)) is NotImplemented  # an untagged input
+    tagged = cpu_mlp.gelu(x)
+    assert cpu_mlp.linear(tagged, torch.ones(4, 8)) is not NotImplemented
 
 
-def test_fused_mlp_inference_chunks_equal_whole(monkeypatch):
+def test_mlp_inference_row_chunks_equal_whole(monkeypatch):
+    """At inference inside ops.call, an Mlp runs on row chunks through its own forward (the
+    module kernel), with the whole run's values; the module is left as it was."""
     from mmvit_ext.layers import Mlp
     from mmvit_ext.ops import cpu_mlp
     monkeypatch.setattr(cpu_mlp, 'MLP_CHUNK_ELEMENTS', 32 * 300)
-    norm, mlp = nn.LayerNorm(8), Mlp(8, 32)
+    mlp = Mlp(8, 32)
+    rows = []
+    mlp.fc1.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
     x = torch.randn(2, 700, 8)
     with torch.no_grad():
-        torch.testing.assert_close(cpu_mlp.norm_mlp(x, norm, mlp), mlp(norm(x)),
-                                   rtol=1e-5, atol=1e-5)
+        chunked = ops.call(mlp, x)
+        assert rows == [300, 300, 300, 300, 200]
+        torch.testing.assert_close(chunked, mlp(x), rtol=1e-5, atol=1e-5)
+    assert 'forward' not in vars(mlp)

@@ -11,54 +11,50 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 from torch import nn
 
+from .. import flags
+from ..backbones.base import AttentionBlock
 from ..layers import AttentionBase
 
 
+def _attention_blocks(model: nn.Module) -> List[AttentionBlock]:
+    blocks = getattr(model, 'attention_blocks', None)
+    if blocks is None:
+        raise ValueError(f'{type(model).__name__} is not an mmvit_ext backbone (it has no '
+                         f'attention_blocks() to analyse)')
+    return blocks()
+
+
 def trunk_blocks(model: nn.Module) -> List[nn.Module]:
-    """The attention blocks of a backbone in depth order (plain ViTs, Swin, PVTv2)."""
-    if hasattr(model, 'blocks') and isinstance(model.blocks, nn.ModuleList):
-        return list(model.blocks)
-    if hasattr(model, 'layers'):
-        return [block for layer in model.layers for block in layer.blocks]
-    raise ValueError(f'{type(model).__name__} has no `blocks` or `layers[i].blocks` to analyse')
+    """The trunk blocks of a backbone in depth order (its ``attention_blocks()``)."""
+    return [entry.block for entry in _attention_blocks(model)]
 
 
 def attention_modules(model: nn.Module) -> List[AttentionBase]:
     """One attention module per trunk block."""
-    mods = []
-    for block in trunk_blocks(model):
-        found = [m for m in block.modules() if isinstance(m, AttentionBase)]
-        if not found:
-            raise ValueError(f'block {type(block).__name__} has no attention to capture')
-        mods.append(found[0])
-    return mods
+    return [entry.attention for entry in _attention_blocks(model)]
 
 
 @torch.no_grad()
 def capture(model: nn.Module, images: torch.Tensor):
     """Run ``images`` and return (maps, features): per block, its attention map
     (B, [windows,] H, N, M) and its output tokens (B, N, C). Attention runs on the explicit path
-    while capturing."""
+    (``flags.fused_attention(False)``: whole maps) while capturing."""
     maps: List[torch.Tensor] = []
     feats: List[torch.Tensor] = []
-    handles, saved = [], []
-    for attn in attention_modules(model):
-        saved.append((attn, attn.fused))
-        attn.fused = False
-        handles.append(attn.attn_map.register_forward_hook(
+    handles = []
+    for entry in _attention_blocks(model):
+        handles.append(entry.attention.attn_map.register_forward_hook(
             lambda m, i, out: maps.append(out.detach().float())))
-    for block in trunk_blocks(model):
-        handles.append(block.register_forward_hook(
+        handles.append(entry.block.register_forward_hook(
             lambda m, i, out: feats.append((out[0] if isinstance(out, tuple) else out)
                                            .detach().float())))
     try:
         model.eval()
-        model(images)
+        with flags.fused_attention(False):
+            model(images)
     finally:
         for handle in handles:
             handle.remove()
-        for attn, fused in saved:
-            attn.fused = fused
     return maps, feats
 
 

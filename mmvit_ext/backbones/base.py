@@ -10,7 +10,7 @@ selected level are not built (they would get no gradient, which breaks DDP).
 """
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint as cp
@@ -23,7 +23,7 @@ from .. import ops
 from ..converters import load_pretrained, unwrap_state_dict
 from ..converters.layouts import StateDict
 from ..converters.loading import LoadReport, current_source, prepare_state_dict
-from ..layers import resize_rel_pos_table
+from ..layers import AttentionBase, resize_rel_pos_table
 from ..errors import ConfigError
 from .vocabulary import Vocabulary, normalise_init_cfg
 
@@ -45,6 +45,15 @@ class ExportLimits:
 
     min_size: int
     fixed_window_size: int = 0
+
+
+class AttentionBlock(NamedTuple):
+    """A trunk block for attention analysis: the block (its output: the tokens, or
+    ``(tokens, ...)``), its attention module (maps at ``attention.attn_map``) and the token stride
+    of its input map."""
+    block: nn.Module
+    attention: AttentionBase
+    stride: int
 
 
 class BaseBackbone(BaseModule):
@@ -298,6 +307,16 @@ class BaseBackbone(BaseModule):
         state_dict.update((prefix + k, v) for k, v in converted.items())
         print_log(f'{type(self).__name__} ({prefix or "model"}): {current_source()}\n'
                   f'{self.load_report.summary()}', logger='current')
+
+    # ---- analysis ------------------------------------------------------------------------------
+    analysis_settings: Dict[str, Any] = {}
+    """Constructor arguments under which attention analysis tools build the family (e.g. global
+    attention for the plain ViTs, as pretrained)."""
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        """Every built trunk block in depth order, for attention analysis."""
+        raise NotImplementedError(f'{type(self).__name__} defines no attention_blocks(), which '
+                                  f'the attention analysis tools need')
 
     # ---- layer-wise lr decay -----------------------------------------------------------------
     def layer_depth_groups(self) -> List[Tuple[str, ...]]:

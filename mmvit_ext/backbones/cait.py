@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 from torch import nn
 
-from ..layers import (POST_SOFTMAX, PRE_SOFTMAX, AttentionBase, DropPath, LayerScale, Mlp, norm_mlp,
+from ..layers import (POST_SOFTMAX, PRE_SOFTMAX, AttentionBase, DropPath, LayerScale, Mlp,
                       PatchEmbed, TalkingHeads)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock, plain_attention
@@ -50,7 +50,7 @@ class ClassAttentionBlock(nn.Module):
     def forward(self, cls: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         joint = torch.cat([cls, tokens], dim=1)
         cls = cls + self.drop_path(self.ls1(self.attn(self.norm1(joint))))
-        return cls + self.drop_path(self.ls2(norm_mlp(cls, self.norm2, self.mlp)))
+        return cls + self.drop_path(self.ls2(self.mlp(self.norm2(cls))))
 
 
 def _cait(dim: int, depth: int, heads: int, layer_scale: float) -> dict:

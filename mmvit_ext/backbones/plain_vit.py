@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention, norm_mlp,
+from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
                       tokens_to_map)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
-from .base import BaseBackbone, ExportLimits
+from .base import AttentionBlock, BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
                          translate)
 OUT_TYPES = ('featmap', 'cls_token')
@@ -90,7 +90,7 @@ class ViTBlock(nn.Module):
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         a = self.scale_adjustment
         x = x + self.drop_path(self.ls1(self.attn(self.norm1(self.scaled(x)), hw))) / a
-        return x + self.drop_path(self.ls2(norm_mlp(self.scaled(x), self.norm2, self.mlp))) / a
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a
 
 
 class PlainViTBase(BaseBackbone):
@@ -338,6 +338,12 @@ class PlainViTBase(BaseBackbone):
         return [('patch_embed', 'pos_embed', 'cls_token'),
                 *((f'blocks.{i}',) for i in range(len(self.blocks))),
                 *((f'cls_blocks.{i}',) for i in range(len(self.cls_blocks or ())))]
+
+    analysis_settings = dict(window_size=None, simple_pyramid=False)
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        """The trunk blocks (not CaiT's class-attention blocks), all at the patch stride."""
+        return [AttentionBlock(block, block.attn, self.patch_size) for block in self.blocks]
 
     # ---- training behaviour ------------------------------------------------------------------
     def frozen_modules(self) -> List[nn.Module]:

@@ -6,10 +6,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from ..layers import (ConvMlp, DropPath, PatchEmbed, Size2, SpatialReductionAttention, norm_mlp,
+from ..layers import (ConvMlp, DropPath, PatchEmbed, Size2, SpatialReductionAttention,
                       init_linear_and_norm, linear_drop_path_rates, tokens_to_map)
 from ..registry import MODELS
-from .base import BaseBackbone
+from .base import AttentionBlock, BaseBackbone
 from .vocabulary import (GELU, LN_EPS, Vocabulary, cfg_check, equals, is_bool, pair_check,
                          seq_equals, translate)
 
@@ -64,7 +64,7 @@ class PVTv2Block(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(norm_mlp(x, self.norm2, self.mlp, hw))
+        return x + self.drop_path(self.mlp(self.norm2(x), hw))
 
 
 class PVTv2Stage(nn.Module):
@@ -216,6 +216,10 @@ class PyramidVisionTransformerV2(BaseBackbone):
         if self.frozen_stages < 0:
             return []
         return [self.layers[0].patch_embed, *self.layers[:self.frozen_stages]]
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        return [AttentionBlock(block, block.attn, self.level_strides[i])
+                for i, stage in enumerate(self.layers) for block in stage.blocks]
 
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         outs = []

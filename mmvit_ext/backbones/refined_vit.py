@@ -5,82 +5,76 @@ from functools import partial
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, Size2, fit_window, from_windows,
-                      norm_mlp, to_2tuple, to_windows)
+from ..layers import (ConvStemEmbed, RefinerMap, Size2, WindowAttention, explicit_attention,
+                      map_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
 
-class RefinerAttention(AttentionBase):
+class RefinerAttention(WindowAttention):
     """Refined-ViT attention over (B, H*W, C) tokens, inside windows or global; returns
-    ``(out, map for the next block)``.
+    ``(out, map carried to the next block)``.
 
-    A computing block (``shared=False``) forms ``softmax(q k^T * scale)`` plus ``scale`` times the
-    map handed over by the previous pair (the official residual map connection) and hands it on.
-    A shared block refines the received map with :class:`RefinerMap`, applies it to its values and
-    hands the received map on unchanged (so both blocks of a pair must use the same windows).
+    A computing block (``shared=False``) is the shared qkv attention whose probabilities get
+    ``scale`` times the map carried from the previous pair added (the official residual map
+    connection, :func:`~mmvit_ext.layers.explicit_attention`'s ``carried_map``); it carries its
+    own map on. A shared block computes no map: it refines the carried one with
+    :class:`~mmvit_ext.layers.RefinerMap`, applies it to its values
+    (:func:`~mmvit_ext.layers.map_attention`) and carries the received map on unchanged (so both
+    blocks of a pair must use the same windows).
     """
 
     def __init__(self, dim: int, num_heads: int, shared: bool, window_size: Optional[int] = None,
                  expand_ratio: float = 3, kernel_size: int = 3, qkv_bias: bool = True,
                  attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__(dim, num_heads, None, attn_drop, proj_drop, (), fused=False)
+        super().__init__(dim, num_heads, window_size, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                         proj_drop=proj_drop, fused=False)
         self.shared = shared
-        self.window_size = to_2tuple(window_size) if window_size is not None else None
-        if shared:
+        if shared:  # values only: the map comes from the block before
+            del self.qkv
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
             self.refine = RefinerMap(num_heads, expand_ratio, kernel_size, scale=self.scale)
-        else:
-            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
 
-    def attend_map(self, x: torch.Tensor, prev_map: Optional[torch.Tensor]
-                   ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (*batch, N, C) -> (output tokens, map handed on)."""
+    def attend_carried(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor],
+                       prev_map: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (*batch, N, C) -> (output tokens, map carried on)."""
         *batch, n, _ = x.shape
+        dropout_p = self.attn_drop if self.training else 0.0
         if self.shared:
             if prev_map is None or prev_map.shape[-1] != n or prev_map.shape[:-3] != tuple(batch):
                 raise RuntimeError('RefinerAttention: a shared block needs the map of the block '
                                    'before it, over the same tokens/windows')
-            attn = self.attn_map(self.refine(prev_map))
             v = self.v(x).reshape(*batch, n, self.num_heads, self.head_dim).transpose(-3, -2)
-            handed_on = prev_map
-        else:
-            qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
-            q, k, v = qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)
-            logits = (q * self.scale) @ k.transpose(-2, -1)
-            attn = logits.float().softmax(dim=-1).to(q.dtype)
-            if prev_map is not None and prev_map.shape == attn.shape:
-                attn = attn + prev_map * self.scale
-            attn = self.attn_map(attn)
-            handed_on = attn
-        if self.training and self.attn_drop > 0:
-            attn = F.dropout(attn, p=self.attn_drop)
-        out = (attn @ v).transpose(-3, -2).flatten(-2)
-        return self.proj_drop(self.proj(out)), handed_on
+            out = map_attention(prev_map, v, dropout_p, (self.refine,), self.attn_map)
+            return self.project(out), prev_map
+        q, k, v = self.qkv_heads(x)
+        maps_shape = (*batch, self.num_heads, n, n)
+        carried = prev_map * self.scale \
+            if prev_map is not None and prev_map.shape == maps_shape else None
+        out, attn = explicit_attention(q, k, v, self.scale, attn_bias, dropout_p,
+                                       self.map_transforms, self.attn_map, carried_map=carried,
+                                       return_map=True)
+        return self.project(out), attn
 
-    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor]
+    def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if self.window_size is None:
-            return self.attend_map(x, prev_map)
-        b, n, c = x.shape
-        window, shift = fit_window(hw, self.window_size, (0, 0))
-        windows, padded = to_windows(x.view(b, hw[0], hw[1], c), window, shift)
-        out, handed_on = self.attend_map(windows, prev_map)
-        return from_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
+        windows, bias, geometry = self.to_windows(x, hw)
+        out, carried = self.attend_carried(windows, bias, prev_map)
+        return self.from_windows(out, geometry), carried
 
 
 class RefinerBlock(ViTBlock):
-    """A :class:`ViTBlock` whose attention also receives and hands on an attention map."""
+    """A :class:`ViTBlock` whose attention also receives and carries on an attention map."""
 
     def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
         a = self.scale_adjustment
         out, attn_map = self.attn(self.norm1(self.scaled(x)), hw, prev_map)
         x = x + self.drop_path(self.ls1(out)) / a
-        return x + self.drop_path(self.ls2(norm_mlp(self.scaled(x), self.norm2, self.mlp))) / a, attn_map
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(self.scaled(x))))) / a
+        return x, attn_map
 
 
 @MODELS.register_module()

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from ..layers import (DropPath, Mlp, PatchEmbed, Size2, WindowAttention, init_linear_and_norm,
-                      linear_drop_path_rates, norm_mlp, pad_to_multiple, resize_pos_embed,
+                      linear_drop_path_rates, pad_to_multiple, resize_pos_embed,
                       tokens_to_map)
 from ..registry import MODELS
-from .base import BaseBackbone, ExportLimits
+from .base import AttentionBlock, BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, ConfigError, Vocabulary, cfg_check, equals, is_bool,
                          seq_equals, to_pair, translate)
 
@@ -80,7 +80,7 @@ class SwinBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
-        return x + self.drop_path(norm_mlp(x, self.norm2, self.mlp))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class PatchMerging(nn.Module):
@@ -318,6 +318,10 @@ class SwinTransformer(BaseBackbone):
             groups += [(f'layers.{i}.blocks.{j}',) for j in range(len(stage.blocks))]
             groups[-1] += (f'layers.{i}.downsample',)
         return groups
+
+    def attention_blocks(self) -> List[AttentionBlock]:
+        return [AttentionBlock(block, block.attn, self.level_strides[i])
+                for i, stage in enumerate(self.layers) for block in stage.blocks]
 
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:

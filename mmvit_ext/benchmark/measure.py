@@ -134,18 +134,10 @@ def count_flops(model: nn.Module, x: torch.Tensor, mode: str) -> int:
     (the usual convention; the counter's convolution-backward formula ignores groups)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..layers import AttentionBase
-    attentions = [m for m in model.modules() if isinstance(m, AttentionBase)]
-    saved = [m.fused for m in attentions]
-    for m in attentions:
-        m.fused = False
+    from .. import flags
     counter = FlopCounterMode(display=False)
-    try:
-        with counter:
-            run_once(model, x, 'fwd', torch.float32)
-    finally:
-        for m, fused in zip(attentions, saved):
-            m.fused = fused
+    with flags.fused_attention(False), counter:
+        run_once(model, x, 'fwd', torch.float32)
     forward = int(counter.get_total_flops())
     return forward if mode == 'fwd' else 3 * forward
 

@@ -10,7 +10,7 @@ import pkgutil
 from .io import (CheckpointError, hub_cache_path, is_url, read_checkpoint, resolve_checkpoint,
                  save_state_dict, unwrap_state_dict)
 from .layouts import LAYOUTS, Layout, detect_layout, detect_layouts, register_layout
-from .loading import (LoadReport, convert_for_model, load_pretrained, partial_loading,
+from .loading import (LoadReport, convert_for_model, load_pretrained,
                       prepare_state_dict)
 # every family's converters (``convert_*``: a layout -> ours; ``export_official_*``: ours ->
 # official), importable from here without this file naming the families

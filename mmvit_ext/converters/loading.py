@@ -5,7 +5,7 @@ Every backbone registers :func:`prepare_state_dict` as a load-state-dict pre-hoo
 ``BaseBackbone``): the keys under its prefix are converted from whichever layout they are in,
 adapted (tables / embeddings resized) and checked. A checkpoint that leaves backbone tensors
 unloaded or does not fit raises, unless partial loading is allowed (``init_cfg=dict(...,
-strict=False)`` or :func:`partial_loading`); misses that are expected (output norms a classifier
+strict=False)`` or ``mmvit_ext.flags.strict_loading(False)``); misses that are expected (output norms a classifier
 never had) keep their initialisation; other unexpected keys are a warning.
 """
 import contextvars
@@ -17,27 +17,23 @@ from typing import Iterator, List, Optional, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
+from .. import flags
+
 from .io import CheckpointError, PathLike, read_checkpoint, unwrap_state_dict
 from .layouts import INIT_ONLY, StateDict, detect_layout, detect_layouts
 
-_STRICT = contextvars.ContextVar('mmvit_ext_strict_load', default=True)
 _SOURCE = contextvars.ContextVar('mmvit_ext_load_source', default='state dict')
 _SHOWN = 8  # keys named in messages
 
 
 @contextmanager
-def partial_loading(allowed: bool = True, source: Optional[str] = None) -> Iterator[None]:
-    """Within the block, backbones accept checkpoints that leave tensors unloaded (warning
-    instead of error); ``source`` names the checkpoint in messages."""
-    tokens = [_STRICT.set(not allowed)]
-    if source is not None:
-        tokens.append(_SOURCE.set(source))
+def loading_source(source: str) -> Iterator[None]:
+    """Within the block, messages of the backbones' load pre-hooks name ``source``."""
+    token = _SOURCE.set(source)
     try:
         yield
     finally:
-        _STRICT.reset(tokens[0])
-        if source is not None:
-            _SOURCE.reset(tokens[1])
+        _SOURCE.reset(token)
 
 
 def current_source() -> str:
@@ -126,10 +122,10 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
     Returns the dict to load (every key of the model present: expected misses filled with the
     model's current values, so ``load_state_dict(strict=True)`` passes) and the report. Raises
     :class:`CheckpointError` for a foreign or unknown layout, and, when ``strict`` (default: the
-    :func:`partial_loading` setting), for shape mismatches or unexpectedly missing tensors.
+    ``mmvit_ext.flags.strict_loading`` setting), for shape mismatches or unexpectedly missing tensors.
     """
     source = source or _SOURCE.get()
-    strict = _STRICT.get() if strict is None else strict
+    strict = flags.strict_loading.get() if strict is None else strict
     name = type(model).__name__
     state_dict, layout = convert_for_model(model, state_dict, source)
     report = LoadReport(layout=layout)
@@ -156,7 +152,7 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
         if strict:
             raise CheckpointError(message + '. To load it anyway, pass strict=False in the '
                                   "init_cfg (type='Pretrained') or load inside "
-                                  'mmvit_ext.converters.partial_loading()')
+                                  'mmvit_ext.flags.strict_loading(False)')
         print_log(f'{message}; loading the rest (partial loading allowed)', logger='current',
                   level=logging.WARNING)
     report.unexpected = sorted(set(state_dict) - set(own))
@@ -178,7 +174,7 @@ def load_pretrained(model: nn.Module, path: PathLike, prefix: Optional[str] = No
     checkpoint = read_checkpoint(path, map_location)
     source = f'checkpoint {path}'
     state_dict = unwrap_state_dict(checkpoint, source=source, prefix=prefix)
-    with partial_loading(not strict, source=source):
+    with flags.strict_loading(bool(strict)), loading_source(source):
         if hasattr(model, 'load_report'):
             model.load_state_dict(state_dict, strict=True)
             return model.load_report

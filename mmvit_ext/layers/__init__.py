@@ -1,12 +1,12 @@
 """Shared layers: plain nn.Modules used by every backbone family (no device-specific code;
 CPU kernels live in :mod:`mmvit_ext.ops`)."""
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, MapTransform,
-                        explicit_attention, scaled_dot_product_attention)
+                        explicit_attention, map_attention, scaled_dot_product_attention)
 from .drop import DropPath, linear_drop_path_rates
 from .init import init_linear_and_norm
 from .layer_scale import LayerScale
 from .map_transforms import ReAttention, RefinerMap, TalkingHeads
-from .mlp import ConvMlp, Mlp, norm_mlp
+from .mlp import ConvMlp, Mlp
 from .patch_embed import ConvStemEmbed, PatchEmbed
 from .pos_embed import resize_pos_embed
 from .pyramid import LayerNorm2d, SimplePyramid, pyramid_channels
@@ -16,16 +16,16 @@ from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_
 from .sra import SpatialReductionAttention
 from .shapes import Size2, map_to_tokens, pad_to_multiple, to_2tuple, tokens_to_map
 from .utils import known_equal, known_zero
-from .window import (WindowAttention, fit_window, from_windows, shifted_window_mask, to_windows,
-                     window_partition, window_reverse)
+from .window import (WindowAttention, WindowGeometry, fit_window, join_windows,
+                     shifted_window_mask, split_windows, window_partition, window_reverse)
 
 __all__ = [
     'Attention', 'AttentionBase', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
-    'scaled_dot_product_attention', 'explicit_attention', 'ReAttention', 'RefinerMap',
-    'TalkingHeads', 'WindowAttention', 'fit_window', 'to_windows', 'from_windows',
-    'shifted_window_mask', 'window_partition', 'window_reverse',
+    'scaled_dot_product_attention', 'explicit_attention', 'map_attention', 'ReAttention',
+    'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
+    'split_windows', 'join_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table',
-    'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'norm_mlp', 'PatchEmbed', 'ConvStemEmbed',
+    'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'PatchEmbed', 'ConvStemEmbed',
     'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
     'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'known_zero', 'known_equal',

@@ -1,43 +1,43 @@
 """Multi-head attention: the fused kernel, or an explicit map that map transforms can act on.
 
-Two functions hold the arithmetic, each a plain PyTorch definition:
+Three functions hold the arithmetic, each a plain PyTorch definition:
 
 * :func:`scaled_dot_product_attention` -- ``F.scaled_dot_product_attention`` over (..., H, N, d)
   with any leading dimensions (windows, batch), folded into one batch axis as the fused CUDA
   kernels need (never into the head axis, whose grid dimension is capped at 65,535).
 * :func:`explicit_attention` -- the same product with the map materialised, so that *map
   transforms* act on it (re-attention, talking heads, Refiner). A transform declares whether it
-  acts on the logits (``stage = 'pre_softmax'``) or the probabilities (``'post_softmax'``). The
-  final map passes through ``attn_map`` (an Identity) for analysis hooks.
+  acts on the logits (``stage = 'pre_softmax'``) or the probabilities (``'post_softmax'``). A
+  map carried over from an earlier block (Refined-ViT) may be added to the probabilities, and
+  the map returned to be carried on.
+* :func:`map_attention` -- the tail of :func:`explicit_attention` on a given map (a block that
+  reuses a carried map instead of computing one): post-softmax transforms, ``attn_map``,
+  dropout, ``attn @ v``.
 
-Both honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: that is how
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. The first two
+honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: that is how
 :mod:`mmvit_ext.ops` substitutes CPU kernels with the same semantics. Nothing here depends on
-the device.
+the device; :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
 """
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.overrides import handle_torch_function, has_torch_function
 
+from .. import flags
+
 PRE_SOFTMAX = 'pre_softmax'
 POST_SOFTMAX = 'post_softmax'
 
 
 class MapTransform(nn.Module):
-    """Base of attention-map transforms: (..., H, N, M) -> (..., H, N, M).
-
-    ``row_local()`` says whether each query row of the output depends only on the same row of
-    the input (head mixing does; a convolution over the map does not), so that a kernel may
-    compute the map in chunks of queries.
-    """
+    """Base of attention-map transforms: (..., H, N, M) -> (..., H, N, M), acting on the logits
+    (``stage = 'pre_softmax'``) or on the probabilities (``'post_softmax'``)."""
 
     stage: str = POST_SOFTMAX
-
-    def row_local(self) -> bool:
-        return False
 
 
 def fold_leading(t: torch.Tensor) -> torch.Tensor:
@@ -73,13 +73,21 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                        attn_bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                        transforms: Sequence[MapTransform] = (),
-                       attn_map: Optional[nn.Module] = None) -> torch.Tensor:
+                       attn_map: Optional[nn.Module] = None,
+                       carried_map: Optional[torch.Tensor] = None, return_map: bool = False
+                       ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """softmax(q k^T * scale + bias) v with the map materialised (softmax in float32) and the
-    map transforms applied before / after the softmax as each declares."""
+    map transforms applied before / after the softmax as each declares.
+
+    ``carried_map`` (..., H, N, M) is added to the probabilities (Refined-ViT's map residual);
+    ``return_map`` returns ``(out, map)``, the map after the transforms and ``attn_map``, to
+    carry to a later block.
+    """
     if has_torch_function((q, k, v)):
         return handle_torch_function(explicit_attention, (q, k, v), q, k, v, scale,
                                      attn_bias=attn_bias, dropout_p=dropout_p,
-                                     transforms=transforms, attn_map=attn_map)
+                                     transforms=transforms, attn_map=attn_map,
+                                     carried_map=carried_map, return_map=return_map)
     logits = (q * scale) @ k.transpose(-2, -1)
     if attn_bias is not None:
         logits = logits + attn_bias
@@ -87,20 +95,32 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
         if transform.stage == PRE_SOFTMAX:
             logits = transform(logits)
     attn = logits.float().softmax(dim=-1).to(q.dtype)
+    if carried_map is not None:
+        attn = attn + carried_map
+    return map_attention(attn, v, dropout_p, transforms, attn_map, return_map)
+
+
+def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                  transforms: Sequence[MapTransform] = (), attn_map: Optional[nn.Module] = None,
+                  return_map: bool = False
+                  ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """``attn @ v`` for probabilities ``attn`` (..., H, N, M): the post-softmax transforms,
+    ``attn_map``, dropout; with ``return_map``, ``(out, map before dropout)``."""
     for transform in transforms:
         if transform.stage == POST_SOFTMAX:
             attn = transform(attn)
     if attn_map is not None:
         attn = attn_map(attn)
-    if dropout_p > 0:
-        attn = F.dropout(attn, p=dropout_p)
-    return attn @ v
+    out = (F.dropout(attn, p=dropout_p) if dropout_p > 0 else attn) @ v
+    return (out, attn) if return_map else out
 
 
 class AttentionBase(nn.Module):
     """Heads, scale, output projection and the fused / explicit choice shared by every attention.
 
-    Subclasses produce q, k, v of shape (..., H, N, d) and call :meth:`attend`.
+    Subclasses produce q, k, v of shape (..., H, N, d) and call :meth:`attend`. ``fused=False``
+    (or :mod:`mmvit_ext.flags` ``fused_attention(False)`` around a run) materialises every map;
+    ``attn_map`` is where analysis hooks see it.
     """
 
     def __init__(self, dim: int, num_heads: int, qk_scale: Optional[float] = None,
@@ -123,13 +143,16 @@ class AttentionBase(nn.Module):
                attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
         dropout_p = self.attn_drop if self.training else 0.0
-        if self.fused and len(self.map_transforms) == 0:
+        if self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get():
             x = scaled_dot_product_attention(q, k, v, attn_bias, dropout_p, self.scale)
         else:
             x = explicit_attention(q, k, v, self.scale, attn_bias, dropout_p,
                                    self.map_transforms, self.attn_map)
-        x = x.transpose(-3, -2).flatten(-2)
-        return self.proj_drop(self.proj(x))
+        return self.project(x)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Heads (..., H, N, d) -> (..., N, H*d) through the output projection."""
+        return self.proj_drop(self.proj(x.transpose(-3, -2).flatten(-2)))
 
 
 class Attention(AttentionBase):
@@ -152,7 +175,10 @@ class Attention(AttentionBase):
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
 
     def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.attend(*self.qkv_heads(x), attn_bias)
+
+    def qkv_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens (*batch, N, C) -> q, k, v, each (*batch, H, N, d)."""
         *batch, n, _ = x.shape
         qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)  # each (*batch, H, N, d)
-        return self.attend(q, k, v, attn_bias)
+        return qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)

@@ -42,9 +42,6 @@ class ReAttention(MapTransform):
         self.norm = nn.BatchNorm2d(num_heads)
         self.scale = scale
 
-    def row_local(self) -> bool:
-        return not self.norm.training  # batch statistics need the whole map
-
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
         heads = maps.shape[1]
@@ -69,9 +66,6 @@ class TalkingHeads(MapTransform):
                              f'got {stage!r}')
         self.stage = stage
         self.proj = nn.Linear(num_heads, num_heads)
-
-    def row_local(self) -> bool:
-        return True
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         # heads-first batched matmul: no copy to a heads-last layout, no K=H matmul

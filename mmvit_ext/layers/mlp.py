@@ -1,11 +1,9 @@
-"""Token MLPs: the transformer MLP and PVTv2's convolutional FFN, and :func:`norm_mlp`, the
-pre-norm MLP branch of a block."""
-from typing import Any, Callable, Optional, Tuple
+"""Token MLPs: the transformer MLP and PVTv2's convolutional FFN."""
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from .shapes import map_to_tokens, tokens_to_map
 
@@ -54,14 +52,3 @@ class ConvMlp(nn.Module):
             x = F.relu(x, inplace=True)  # fc1 keeps its input, not its output, for backward
         x = self.act(map_to_tokens(self.dwconv(tokens_to_map(x, hw))))
         return self.drop(self.fc2(self.drop(x)))
-
-
-def norm_mlp(x: torch.Tensor, norm: nn.Module, mlp: nn.Module, *args: Any) -> torch.Tensor:
-    """``mlp(norm(x), *args)``, the MLP branch of a pre-norm block.
-
-    One call rather than two so that device kernels (:mod:`mmvit_ext.ops`) can fuse the norm into
-    fc1; like ``torch.nn.functional`` it honours ``__torch_function__``.
-    """
-    if has_torch_function_unary(x):
-        return handle_torch_function(norm_mlp, (x,), x, norm, mlp, *args)
-    return mlp(norm(x), *args)

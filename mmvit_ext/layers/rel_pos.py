@@ -1,5 +1,5 @@
 """Relative position bias for window attention, and its table resizing."""
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

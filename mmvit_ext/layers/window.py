@@ -5,15 +5,24 @@ caches keyed by sizes, no host-to-device copies. Sizes may be symbolic (``torch.
 dynamic shapes): window fitting, padding, shifts and masks are then arithmetic on the input's
 sizes, never a branch on them, so an exported graph serves every input size.
 """
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from .attention import Attention, MapTransform
 from .rel_pos import RelativePositionBias
 from .shapes import Size2, pad_to_multiple, to_2tuple
 from .utils import known_equal, known_true, known_zero
+
+
+class WindowGeometry(NamedTuple):
+    """How :meth:`WindowAttention.to_windows` cut a map: ``window is None`` for global
+    attention."""
+    hw: Size2
+    tokens: Tuple[int, int, int]  # (B, H*W, C) of the input
+    window: Optional[Size2] = None
+    shift: Optional[Size2] = None
+    padded: Optional[Size2] = None
 
 
 def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2, Size2]:
@@ -93,8 +102,8 @@ def roll(x: torch.Tensor, shifts: Sequence, dims: Sequence[int]) -> torch.Tensor
     return x
 
 
-def to_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
-                      ) -> Tuple[torch.Tensor, Size2]:
+def split_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
+                  ) -> Tuple[torch.Tensor, Size2]:
     """(B, H, W, C) -> zero-padded, cyclically shifted windows (B, num_windows, N, C) and the
     padded size."""
     grid = pad_to_multiple(grid, window_size, channels_last=True)
@@ -103,9 +112,9 @@ def to_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
     return window_partition(grid, window_size), (grid.shape[1], grid.shape[2])
 
 
-def from_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, padded: Size2,
-                  hw: Size2) -> torch.Tensor:
-    """Inverse of :func:`to_windows` on the valid tokens: -> (B, H, W, C)."""
+def join_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, padded: Size2,
+                 hw: Size2) -> torch.Tensor:
+    """Inverse of :func:`split_windows` on the valid tokens: -> (B, H, W, C)."""
     grid = window_reverse(windows, window_size, *padded)
     if not known_zero(shift_size):
         grid = roll(grid, shift_size, (1, 2))
@@ -153,16 +162,30 @@ class WindowAttention(Attention):
         """Bias (H, N, N) added to every window's logits, or ``None``."""
         return self.rel_pos(window) if self.rel_pos is not None else None
 
-    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+    def to_windows(self, x: torch.Tensor, hw: Size2
+                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor], WindowGeometry]:
+        """Tokens (B, H*W, C) -> windows (B, num_windows, N, C) (the tokens themselves for
+        global attention), their bias (position bias and shift mask, or ``None``) and the
+        geometry :meth:`from_windows` needs."""
         if self.window_size is None:
-            return super().forward(x)
+            return x, None, WindowGeometry(hw, x.shape)
         b, n, c = x.shape
         window, shift = ((self.window_size, self.shift_size) if self.pad_small_map
                          else fit_window(hw, self.window_size, self.shift_size))
-        windows, padded = to_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        windows, padded = split_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
         if not known_zero(shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
             bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
-        out = super().forward(windows, attn_bias=bias)
-        return from_windows(out, window, shift, padded, hw).reshape(b, n, c)
+        return windows, bias, WindowGeometry(hw, (b, n, c), window, shift, padded)
+
+    def from_windows(self, out: torch.Tensor, geometry: WindowGeometry) -> torch.Tensor:
+        """Inverse of :meth:`to_windows` on the output tokens: -> (B, H*W, C)."""
+        if geometry.window is None:
+            return out
+        merged = join_windows(out, geometry.window, geometry.shift, geometry.padded, geometry.hw)
+        return merged.reshape(geometry.tokens)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        windows, bias, geometry = self.to_windows(x, hw)
+        return self.from_windows(super().forward(windows, attn_bias=bias), geometry)

@@ -8,70 +8,76 @@ same semantics -- the one place where kernels are chosen by device and dtype:
 ==============================================  =============================================
 call in the model code                          CPU kernel (where it applies, else the call)
 ==============================================  =============================================
-``F.linear`` (every ``nn.Linear``)              oneDNN GEMM, float32 (:mod:`.cpu_gemm`)
+``F.linear`` (every ``nn.Linear``)              oneDNN GEMM, float32 (:mod:`.cpu_gemm`); after
+                                                a LayerNorm / GELU in training, one that saves
+                                                the producer's input instead (:mod:`.cpu_mlp`)
+``F.layer_norm``, ``F.gelu``                    the same op, output tagged for ``F.linear``
 ``layers.scaled_dot_product_attention``         small-map kernel (:mod:`.cpu_attention`)
 ``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`)
-``layers.norm_mlp`` (LayerNorm -> Mlp/ConvMlp)   LayerNorm->fc1, GELU->fc2 fused (:mod:`.cpu_mlp`)
 ==============================================  =============================================
 
-``MMVIT_EXT_KERNELS=portable`` in the environment (or :func:`set_kernels`) turns every kernel
-off: CPU then runs exactly the code a GPU runs.
+Module kernels (:data:`MODULE_KERNELS`) stand in for the ``forward`` of a layer type while a
+forward runs inside :func:`call`; they run the module's own forward (:func:`.cpu_mlp.mlp_kernel`
+for ``Mlp`` / ``ConvMlp``: GELU outputs into a reused buffer in training, row chunks at
+inference).
+
+``mmvit_ext.flags.kernels('portable')`` (or ``MMVIT_EXT_KERNELS=portable`` in the environment)
+turns every kernel off: CPU then runs exactly the code a GPU runs.
 """
-import os
+import functools
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from .. import flags
 from ..layers.attention import explicit_attention, scaled_dot_product_attention
-from ..layers.mlp import norm_mlp
+from ..layers.mlp import ConvMlp, Mlp
 from . import cpu_attention, cpu_gemm, cpu_mlp
 
-KERNEL_CHOICES = ('auto', 'portable')
-CPU_KERNELS: Dict[Callable, Callable] = {
-    F.linear: cpu_gemm.linear,
-    scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
-    explicit_attention: cpu_attention.chunked_explicit_attention,
-    norm_mlp: cpu_mlp.norm_mlp,
-}
-
-
-def _choice_from_env() -> str:
-    value = os.environ.get('MMVIT_EXT_KERNELS', 'auto')
-    if value not in KERNEL_CHOICES:
-        raise ValueError(f'MMVIT_EXT_KERNELS must be one of {KERNEL_CHOICES}, got {value!r}')
-    return value
-
-
-_choice = _choice_from_env()
 _active = threading.local()
 
 
-def set_kernels(choice: str) -> str:
-    """``'auto'`` (CPU kernels where they apply) or ``'portable'`` (none); returns the previous
-    choice."""
-    global _choice
-    if choice not in KERNEL_CHOICES:
-        raise ValueError(f'kernels must be one of {KERNEL_CHOICES}, got {choice!r}')
-    previous, _choice = _choice, choice
-    return previous
+def _linear(*args: Any, **kwargs: Any) -> Any:
+    """The recomputing Linear after a tagged producer, else the oneDNN GEMM."""
+    out = cpu_mlp.linear(*args, **kwargs)
+    return cpu_gemm.linear(*args, **kwargs) if out is NotImplemented else out
 
 
-def get_kernels() -> str:
-    return _choice
+CPU_KERNELS: Dict[Callable, Callable] = {
+    F.linear: _linear,
+    F.layer_norm: cpu_mlp.layer_norm,
+    F.gelu: cpu_mlp.gelu,
+    scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
+    explicit_attention: cpu_attention.chunked_explicit_attention,
+}
+MODULE_KERNELS: Dict[type, Callable[..., Any]] = {
+    Mlp: cpu_mlp.mlp_kernel,
+    ConvMlp: cpu_mlp.mlp_kernel,
+}
 
 
 @contextmanager
-def kernels(choice: str) -> Iterator[None]:
-    """Run a block of code with ``choice`` (tests, benchmarks)."""
-    previous = set_kernels(choice)
+def module_kernels(root: Any) -> Iterator[None]:
+    """Within the block, the modules of ``root`` (a module, or a bound method of one) whose type
+    has a :data:`MODULE_KERNELS` entry run it as their ``forward``."""
+    owner = root if isinstance(root, nn.Module) else getattr(root, '__self__', None)
+    patched = []
+    if isinstance(owner, nn.Module):
+        for module in owner.modules():
+            kernel = MODULE_KERNELS.get(type(module))
+            if kernel is not None and 'forward' not in vars(module):
+                module.forward = functools.partial(kernel, module)  # shadows the class's
+                patched.append(module)
     try:
         yield
     finally:
-        set_kernels(previous)
+        for module in patched:
+            del module.forward
 
 
 class CpuKernels(TorchFunctionMode):
@@ -93,8 +99,8 @@ def cpu_kernels_apply(x: torch.Tensor) -> bool:
     being compiled, traced or exported, and not already inside :class:`CpuKernels`."""
     if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
         return False
-    return (_choice == 'auto' and x.device.type == 'cpu' and not getattr(_active, 'on', False)
-            and not torch.onnx.is_in_onnx_export())
+    return (flags.kernels.get() == 'auto' and x.device.type == 'cpu'
+            and not getattr(_active, 'on', False) and not torch.onnx.is_in_onnx_export())
 
 
 def call(fn: Callable[..., Any], x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -103,7 +109,7 @@ def call(fn: Callable[..., Any], x: torch.Tensor, *args: Any, **kwargs: Any) -> 
         return fn(x, *args, **kwargs)
     _active.on = True
     try:
-        with CpuKernels():
+        with CpuKernels(), module_kernels(fn):
             return fn(x, *args, **kwargs)
     finally:
         _active.on = False
@@ -117,5 +123,5 @@ def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-__all__ = ['KERNEL_CHOICES', 'CPU_KERNELS', 'CpuKernels', 'set_kernels', 'get_kernels',
-           'kernels', 'cpu_kernels_apply', 'call', 'with_kernels']
+__all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply',
+           'call', 'with_kernels']

@@ -6,14 +6,18 @@ and :func:`mmvit_ext.layers.explicit_attention`.
   cores against ``F.scaled_dot_product_attention`` (which runs its math path on CPU when the
   bias needs a gradient): fwd+bwd of Swin windows 1.2-1.5x in float32, 2.3-2.8x in bf16.
 * Explicit maps at inference: computed in chunks of query rows when every map transform is
-  row-local, so a global map never exists whole (bounded memory, buffers glibc recycles).
+  row-local (:data:`ROW_LOCAL`), so a global map never exists whole (bounded memory, buffers
+  glibc recycles). Not under ``mmvit_ext.flags.fused_attention(False)``, which promises whole
+  maps (``attn_map`` hooks), nor where the map is carried on to another block.
 """
-from typing import Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import torch
 from torch import nn
 
+from .. import flags
 from ..layers.attention import explicit_attention
+from ..layers.map_transforms import ReAttention, TalkingHeads
 
 # queries x keys of one map above which the fused kernel is faster; float32 maps with more
 # queries than this run the fused kernel too (PVTv2 stage 1, 16384 x 256).
@@ -165,13 +169,24 @@ def scaled_dot_product_attention(q, k, v, attn_bias=None, dropout_p=0.0, scale=N
     return SmallMapAttention.apply(q, k, v, attn_bias, scale)
 
 
-def _inference_rows(q: torch.Tensor, k: torch.Tensor, transforms: Sequence[nn.Module],
-                    attn_map: Optional[nn.Module]) -> int:
+# Map transforms whose every output query row depends only on the same input row (head mixing
+# does; a convolution over the map or batch statistics do not), by type: the others run whole.
+ROW_LOCAL: Dict[type, Callable[[nn.Module], bool]] = {
+    TalkingHeads: lambda transform: True,
+    ReAttention: lambda transform: not transform.norm.training,  # statistics folded at inference
+}
+
+
+def _row_local(transform: nn.Module) -> bool:
+    rule = ROW_LOCAL.get(type(transform))
+    return rule is not None and rule(transform)
+
+
+def _inference_rows(q: torch.Tensor, k: torch.Tensor, transforms: Sequence[nn.Module]) -> int:
     """Query rows per chunk for an inference-time explicit map, or 0 to run it whole."""
-    if torch.is_grad_enabled() or q.device.type != 'cpu' or (attn_map is not None and (
-            attn_map._forward_hooks or attn_map._forward_pre_hooks)):
+    if torch.is_grad_enabled() or q.device.type != 'cpu' or not flags.fused_attention.get():
         return 0
-    if not all(t.row_local() for t in transforms):
+    if not all(_row_local(t) for t in transforms):
         return 0
     total = q.numel() // q.shape[-1] * k.shape[-2]  # elements of the whole map
     if total <= INFERENCE_CHUNK_ELEMENTS:
@@ -180,9 +195,9 @@ def _inference_rows(q: torch.Tensor, k: torch.Tensor, transforms: Sequence[nn.Mo
 
 
 def chunked_explicit_attention(q, k, v, scale, attn_bias=None, dropout_p=0.0, transforms=(),
-                               attn_map=None):
+                               attn_map=None, carried_map=None, return_map=False):
     """:func:`explicit_attention` in chunks of query rows at inference, else ``NotImplemented``."""
-    rows = _inference_rows(q, k, transforms, attn_map)
+    rows = 0 if return_map else _inference_rows(q, k, transforms)
     if not rows:
         return NotImplemented
     # every chunk reads all keys and values: lay them out once, not once per chunk (the matmul
@@ -190,11 +205,10 @@ def chunked_explicit_attention(q, k, v, scale, attn_bias=None, dropout_p=0.0, tr
     k, v = k.contiguous(), v.contiguous()
     outs = []
     for start in range(0, q.shape[-2], rows):
-        bias = attn_bias
-        if bias is not None and bias.shape[-2] != 1:
-            bias = bias[..., start:start + rows, :]
+        bias, carried = (t[..., start:start + rows, :] if t is not None and t.shape[-2] != 1
+                         else t for t in (attn_bias, carried_map))
         outs.append(explicit_attention(q[..., start:start + rows, :], k, v, scale, bias,
-                                       dropout_p, transforms, attn_map))
+                                       dropout_p, transforms, attn_map, carried))
     return torch.cat(outs, dim=-2)
 
 

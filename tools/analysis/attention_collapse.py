@@ -10,9 +10,10 @@ block's attention map and writes to --out:
   similarity_heatmap.png  S as a heatmap
   collapse_curves.png     the per-layer curves (DeepViT Fig. 3 style)
 With --compare-plain the same model with its map transforms removed (re-attention / talking
-heads off, same weights) is analysed too and drawn dashed. Plain ViTs run global attention here
-unless --set window_size=N; Swin is analysed per window (layers of different stages are not
-comparable and show as blank).
+heads off, same weights) is analysed too and drawn dashed. Each family is built with its
+analysis settings (global attention for the plain ViTs, unless --set window_size=N); windowed
+attention is analysed per window (layers with maps of different shapes, e.g. of different
+stages, are not comparable and show as blank).
 
 Example:
     python tools/analysis/attention_collapse.py deepvit:s --compare-plain --out work_dirs/collapse
@@ -66,8 +67,7 @@ def build(spec: str, checkpoint: str, settings: dict) -> nn.Module:
         cfg = preset_config(spec, drop_path_rate=0.0)
     except ValueError as error:
         raise SystemExit(f'error: {error}')
-    if cfg['type'] in ('mmvit_ext.DeepViT', 'mmvit_ext.CaiT', 'mmvit_ext.RefinedViT'):
-        cfg.update(window_size=None, simple_pyramid=False)
+    cfg.update(mmvit_ext.registry.MODELS.get(cfg['type']).analysis_settings)
     cfg.update(settings)
     if checkpoint:
         cfg['init_cfg'] = dict(type='Pretrained', checkpoint=checkpoint)

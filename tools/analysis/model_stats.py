@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 import mmvit_ext  # noqa: F401
+from mmvit_ext import flags
 from mmvit_ext.backbones import family_class, family_classes, preset_config
-from mmvit_ext.layers import AttentionBase
 from mmvit_ext.registry import MODELS
 
 
@@ -68,16 +68,13 @@ def count(model: nn.Module, size: Tuple[int, int], inputs: Optional[tuple] = Non
           ) -> Dict[str, float]:
     """{'params': n, 'flops': n} with mmengine's analysis tools, attention made explicit."""
     from mmengine.analysis import get_model_complexity_info
-    for module in model.modules():
-        if isinstance(module, AttentionBase):
-            module.fused = False
     model.eval()
     from mmengine.logging import MMLogger
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.ERROR)  # silence the per-operator coverage warnings
     try:
-        with torch.no_grad():
+        with torch.no_grad(), flags.fused_attention(False):
             info = get_model_complexity_info(
                 model, inputs=inputs if inputs is not None else (torch.zeros(1, 3, *size),),
                 show_table=False, show_arch=False)
@@ -142,11 +139,8 @@ def config_stats(path: str, size: Optional[Tuple[int, int]] = None,
                  backbone_params=float(sum(p.numel() for p in model.backbone.parameters())),
                  flops=None, backbone_flops=None)
     if flops:
-        for module in model.modules():
-            if isinstance(module, AttentionBase):
-                module.fused = False
         counted = _Counted(model, scope).eval()
-        with torch.no_grad():
+        with torch.no_grad(), flags.fused_attention(False):
             analyzer = FlopAnalyzer(counted, (torch.zeros(1, 3, *size),))
             analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             by_module = analyzer.by_module()

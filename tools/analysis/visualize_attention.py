@@ -1,8 +1,9 @@
 """Draw one block's attention maps, one panel per head, over the image.
 
 For each head it shows the attention that the tokens receive, averaged over all queries (or
-only the query at --query Y X, in pixels), upsampled to the image and overlaid on it. Plain ViTs
-run global attention here; Swin maps are drawn window by window.
+only the query at --query Y X, in pixels), upsampled to the image and overlaid on it. Each
+family is built with its analysis settings (global attention for the plain ViTs); windowed maps
+are drawn window by window.
 
 Example:
     python tools/analysis/visualize_attention.py demo.jpg deepvit:s --block 15 --out attn.png
@@ -11,11 +12,9 @@ Example:
 """
 import argparse
 import math
-from itertools import accumulate
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -28,14 +27,14 @@ from attention_collapse import MEAN, STD, build  # noqa: E402
 def head_maps(attn: torch.Tensor, grid, query=None) -> torch.Tensor:
     """A block's map (1, [windows,] H, N, M) -> per-head (H, gh, gw) attention over the grid.
 
-    Global maps over ``gh*gw`` (+ prefix) tokens are read directly; windowed maps (Swin) are
+    Global maps over ``gh*gw`` (+ prefix) tokens are read directly; windowed maps are
     stitched back window by window (each window's columns averaged over its own queries)."""
     gh, gw = grid
     attn = attn[0]
     if attn.dim() == 3:  # (H, N, M) global
         if attn.shape[-1] != attn.shape[-2]:
-            raise SystemExit('error: keys/values are spatially reduced (PVT); draw a plain ViT '
-                             'or Swin')
+            raise SystemExit('error: this block attends to spatially reduced keys/values (fewer '
+                             'keys than queries), which have no place on the image grid')
         prefix = attn.shape[-1] - gh * gw
         rows = attn[:, prefix:, prefix:] if prefix else attn
         if query is not None:
@@ -50,14 +49,6 @@ def head_maps(attn: torch.Tensor, grid, query=None) -> torch.Tensor:
     rows = windows // cols
     full = per_window.reshape(rows, cols, heads, side, side).permute(2, 0, 3, 1, 4)
     return full.reshape(heads, rows * side, cols * side)[:, :gh, :gw]
-
-
-def block_stride(model: torch.nn.Module, index: int) -> int:
-    """Token stride of block ``index``: the patch size of a plain ViT, 4 * 2**stage for Swin."""
-    if hasattr(model, 'blocks'):
-        return model.patch_size
-    depths = list(accumulate(len(layer.blocks) for layer in model.layers))
-    return 4 * 2 ** next(i for i, end in enumerate(depths) if index < end)
 
 
 def main() -> None:
@@ -86,7 +77,7 @@ def main() -> None:
         raise SystemExit(f'error: --block {args.block} out of range; the model has '
                          f'{len(maps)} blocks')
     attn = maps[args.block]
-    patch = block_stride(model, args.block % len(maps))
+    patch = model.attention_blocks()[args.block % len(maps)].stride
     grid = (math.ceil(args.size[0] / patch), math.ceil(args.size[1] / patch))
     query = None
     if args.query:
