@@ -54,7 +54,7 @@ val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json', clas
 test_evaluator = val_evaluator
 
 # 128 train images / batch 4 = 32 iterations per epoch
-max_epochs = 10
+max_epochs = 6
 train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=40),
