@@ -4,8 +4,9 @@ images of the demo data, and tools/test.py evaluates the checkpoint it wrote; bb
 well above an untrained model's.
 
 On this data the demo's PVTv2-b2 reaches bbox mAP 0.83 after 320 iterations (2026-11-25, 2-core
-CPU), and an untrained model scores 0.000 (random boxes). The bar, 0.05, sits far under what the
-small model reaches in 128 iterations and far above an untrained model: it needs boxes that
+CPU), and an untrained model scores 0.000 (random boxes). The bar, 0.05, is far above an
+untrained model and under what the same small model reached on the far harder earlier data
+(0.04-0.09 in 192 iterations of many small, occluded, many-coloured shapes): it needs boxes that
 overlap the shapes at IoU >= 0.5 with the right class for a share of the val objects. The loss
 must also fall by a quarter.
 """
