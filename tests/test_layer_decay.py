@@ -197,15 +197,15 @@ def test_bad_settings_raise():
 
 
 def test_readme_groups_of_a_plain_vit_mask_rcnn():
-    """The README's figures for its snippet on configs/mask_rcnn_deepvit_s_fpn_1x_coco.py."""
+    """docs/training.md's figures for its snippet on configs/mask_rcnn_deepvit_s_fpn_1x_coco.py."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    section = (root / 'README.md').read_text().split('### Layer-wise lr decay')[1]
+    section = (root / 'docs/training.md').read_text().split('## Layer-wise lr decay')[1]
     snippet = re.search(r'```python\n(.*?)```', section, re.S).group(1)
     quoted = re.search(r'has (\d+)\s+layer ids .*? its (\d+) parameters fall into (\d+) groups',
                        ' '.join(section.split()))
     namespace: dict = {}
-    exec(snippet, namespace)  # the README's optim_wrapper, as a config holds it
+    exec(snippet, namespace)  # the page's optim_wrapper, as a config holds it
     model_cfg = Config.fromfile(str(root / 'configs/mask_rcnn_deepvit_s_fpn_1x_coco.py')).model
     model_cfg.backbone.init_cfg = None
     model, wrapper = build_optimizer_in_scope('mmdet', model_cfg, namespace['optim_wrapper'])

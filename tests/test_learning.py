@@ -1,14 +1,14 @@
 """Proof of learning: tools/train.py trains a small Mask R-CNN (PVTv2-b0, otherwise the demo
-config: 12 epochs x 16 iterations, AdamW lr 1e-3 stepped down at epoch 10) on the demo data and
-tools/test.py evaluates the checkpoint it wrote; bbox mAP must be well above an untrained model's.
+config: AdamW lr 1e-3, cosine, seeded and deterministic) for 8 epochs x 16 iterations on 64
+images of the demo data, and tools/test.py evaluates the checkpoint it wrote; bbox mAP must be
+well above an untrained model's.
 
-Calibration on the 2-core CPU, seed 0: the untrained model scores bbox mAP 0.000 (random boxes).
-Trained, the score depends on float rounding, not only on the seed: 0.089 (2026-11-22), 0.052
-(2026-11-23, the same code, and again with the portable-core code: identical loss curves), 0.038
-for the same model with LayerNorm->fc1 / GELU->fc2 unfused (same maths, other rounding). The bar,
-0.02, sits under that spread, far above an untrained model, and a model that does not learn
-cannot reach it: it needs boxes that overlap the shapes at IoU >= 0.5 for a share of the 68 val
-objects. The loss must also fall by a quarter. Takes about 8 minutes.
+On this data the demo's PVTv2-b2 reaches bbox mAP 0.83 after 320 iterations (2026-11-25, 2-core
+CPU), and an untrained model scores 0.000 (random boxes). The bar, 0.05, is far above an
+untrained model and under what the same small model reached on the far harder earlier data
+(0.04-0.09 in 192 iterations of many small, occluded, many-coloured shapes): it needs boxes that
+overlap the shapes at IoU >= 0.5 with the right class for a share of the val objects. The loss
+must also fall by a quarter.
 """
 import json
 from pathlib import Path
@@ -19,9 +19,9 @@ from tool_runner import run_tool
 from mmvit_ext.datasets import generate_demo_coco
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_EPOCHS = 12  # as the demo config
-MIN_TRAINED_MAP = 0.02
-MIN_GAIN = 0.02
+TRAIN_EPOCHS = 8
+MIN_TRAINED_MAP = 0.05
+MIN_GAIN = 0.05
 
 
 def _small_config(tmp: Path, data_root: Path) -> Path:
@@ -29,15 +29,20 @@ def _small_config(tmp: Path, data_root: Path) -> Path:
     path.write_text(f'''
 _base_ = {str(ROOT / 'configs/demo/mask_rcnn_pvtv2_b2_demo.py')!r}
 data_root = {str(data_root) + '/'!r}
-model = dict(backbone=dict(arch='b0'), neck=dict(in_channels=[32, 64, 160, 256]),
-             train_cfg=dict(rcnn=dict(sampler=dict(num=64))))
+model = dict(backbone=dict(arch='b0'), neck=dict(in_channels=[32, 64, 160, 256]))
 train_dataloader = dict(dataset=dict(data_root=data_root))
 val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json', classwise=False)
 test_evaluator = val_evaluator
-default_hooks = dict(checkpoint=dict(interval={TRAIN_EPOCHS}))
-randomness = dict(seed=0)
+max_epochs = {TRAIN_EPOCHS}
+train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=40),
+    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=max_epochs, T_max=max_epochs,
+         eta_min=1e-5, convert_to_iter_based=True),
+]
+default_hooks = dict(checkpoint=dict(interval=max_epochs))
 ''')
     return path
 
@@ -49,7 +54,7 @@ def _bbox_map(test_dir: Path) -> float:
 
 def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
     data_root = tmp_path / 'demo'
-    generate_demo_coco(data_root, num_train=64, num_val=16, img_size=(256, 256), seed=0)
+    generate_demo_coco(data_root, num_train=64, num_val=16, seed=0)
     config = _small_config(tmp_path, data_root)
     work = tmp_path / 'work'
 

@@ -1,4 +1,4 @@
-"""The attention-collapse figures the README quotes are what its command measures (untrained
+"""The attention-collapse figures docs/analysis.md quotes are what its command measures (untrained
 DeepViT-S with the tool's fixed seed on the built-in shapes: deterministic on CPU)."""
 import importlib.util
 import re
@@ -20,11 +20,11 @@ def load_tool():
 
 
 def readme_command_and_paragraph():
-    readme = (ROOT / 'README.md').read_text()
+    readme = (ROOT / 'docs/analysis.md').read_text()
     command = re.search(r'^(?:\.venv/bin/)?python tools/analysis/attention_collapse\.py (.*)$',
                         readme, re.M)
     paragraph = re.search(r'`attention_collapse\.py` computes.*?\n\n', readme, re.S)
-    assert command and paragraph, 'README lost the attention_collapse command or paragraph'
+    assert command and paragraph, 'docs/analysis.md lost the attention_collapse command or paragraph'
     return shlex.split(command.group(1).split('#')[0]), ' '.join(paragraph.group(0).split())
 
 
@@ -51,5 +51,5 @@ def test_readme_collapse_figures_are_measured():
     assert measured['all'] == pytest.approx(float(all_mean), abs=tol)
     assert tool.nearest_means(plain, blocks)['all'] == \
         pytest.approx(float(plain_quoted.group(1)), abs=tol)
-    # the mean over all blocks is not the re-attention blocks' figure (the old README's slip)
+    # the mean over all blocks is not the re-attention blocks' figure
     assert abs(measured['all'] - measured['transform']) > 0.1

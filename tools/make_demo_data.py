@@ -1,7 +1,7 @@
 """Write the built-in demo set: synthetic shapes in COCO instance-segmentation format.
 
 Example:
-    python tools/make_demo_data.py --out data/demo_shapes --num-train 64 --num-val 16
+    python tools/make_demo_data.py --out data/demo_shapes --num-train 128 --num-val 24
 """
 import argparse
 import json
@@ -14,9 +14,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', default='data/demo_shapes', help='output root')
-    parser.add_argument('--num-train', type=int, default=64)
-    parser.add_argument('--num-val', type=int, default=16)
-    parser.add_argument('--size', type=int, nargs=2, default=(256, 256), metavar=('H', 'W'))
+    parser.add_argument('--num-train', type=int, default=128)
+    parser.add_argument('--num-val', type=int, default=24)
+    parser.add_argument('--size', type=int, nargs=2, default=(192, 192), metavar=('H', 'W'))
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--force', action='store_true', help='regenerate even if present')
     args = parser.parse_args()
