@@ -165,14 +165,8 @@ def mask_rcnn_cfg(backbone: dict) -> dict:
 def build_in_scope(scope: str, cfg: dict) -> nn.Module:
     """Build ``cfg`` with ``scope``'s MODELS in ``scope`` as the default scope, as its tools do
     (not in a scope another test left behind)."""
-    import importlib
-
-    from mmengine.registry import DefaultScope
-    if scope != 'mmvit_ext':
-        importlib.import_module(f'{scope}.models')
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        return registry.build(cfg)
+    from mmvit_ext.utils import build_model
+    return build_model(cfg, scope=scope)
 
 
 def build_detector(cfg: dict) -> nn.Module:
@@ -298,6 +292,18 @@ def official_round_trip_cases() -> Dict[str, Case]:
                     buf.normal_(0, 0.1)
         cases[family] = Case(family, 'official', {'state_dict': export(source.state_dict())},
                              source, cfg, 64)
+    return cases
+
+
+def all_cases() -> Dict[Tuple[str, str], Case]:
+    """(family, case name) -> case, over every builder above; the families come from the cases
+    (test_layouts checks that every registered family with a foreign layout has one)."""
+    torch.manual_seed(0)
+    cases = {}
+    for build in (swin_cases, pvt_cases, cait_cases):
+        cases.update({(case.family, name): case for name, case in build().items()})
+    cases.update({(case.family, 'official (round trip, no peer in the venv)'): case
+                  for case in official_round_trip_cases().values()})
     return cases
 
 

@@ -1,8 +1,6 @@
 """The built-in ADE20K-format demo set: layout, classes, the reduce_zero_label convention, and
 mmseg's own ADE20KDataset / pipeline reading it unchanged."""
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +9,8 @@ from PIL import Image
 
 from mmvit_ext.datasets import (SCENE_CLASSES, demo_ade_ready, generate_demo_ade,
                                 render_parsing_scene)
+from tool_runner import ROOT, tool_process
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZE = (96, 128)
 
 
@@ -97,8 +95,7 @@ def test_mmseg_ade20k_dataset_reads_it_unchanged(ade):
 
 
 def _test_tool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, 'tools/test.py', *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    return tool_process('tools/test.py', *args, timeout=900)
 
 
 def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
@@ -106,17 +103,11 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
     generated directory by --cfg-options only (data root, test resize, loader workers; the model
     is the config's own, randomly initialised): mmseg's IoUMetric runs over every val image.
     A directory without the layout is refused with one line naming the missing folders."""
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmseg.registry import MODELS
-    import mmseg.models  # noqa: F401
+    from mmvit_ext.utils import build_model
     root, _ = ade
     config = 'configs/upernet_swin_t_512x512_160k_ade20k.py'
-    cfg = Config.fromfile(config)
-    cfg.model.backbone.init_cfg = None  # random weights: nothing to download
     torch.manual_seed(0)
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        model = MODELS.build(cfg.model)
+    model = build_model(config, pretrained=False)  # random weights: nothing to download
     checkpoint = tmp_path / 'upernet_swin_t_random.pth'
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, checkpoint)
     options = ['test_dataloader.num_workers=1', 'test_dataloader.persistent_workers=False',
@@ -143,8 +134,7 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
 
 def test_new_tools_have_help_with_an_example():
     for tool in ('make_ade_demo_data.py', 'summarize_seg_demo.py'):
-        result = subprocess.run([sys.executable, f'tools/{tool}', '--help'], cwd=ROOT,
-                                capture_output=True, text=True, timeout=300)
+        result = tool_process(f'tools/{tool}', '--help', timeout=300)
         assert result.returncode == 0 and 'Example' in result.stdout, tool
 
 

@@ -1,8 +1,6 @@
 """model_stats, attention_collapse, visualize_attention, convert_checkpoint, image_demo."""
 import csv
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,16 +10,13 @@ from mmvit_ext.analysis import (capture, cross_head_similarity, cross_layer_simi
                                 feature_evolution, nearest_layer_similarity, similar_block_ratio)
 from mmvit_ext.backbones import CaiT, DeepViT
 from mmvit_ext.converters import export_official_cait
+from tool_runner import ROOT, tool_process
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools' / 'analysis'))
 TINY_DEEPVIT = dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2, conv_stem=(8, 8))
 
 
-def _run(*args, cwd=ROOT):
-    result = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True,
-                            text=True, timeout=600)
-    return result
+_run = tool_process
 
 
 def _png_size(path):
@@ -138,15 +133,12 @@ def test_convert_checkpoint_tool(tmp_path):
 
 def test_image_demo_draws_detections(tmp_path):
     from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmdet.registry import MODELS as DET_MODELS
     import mmcv
-    import mmdet.models  # noqa: F401
+    from mmvit_ext.utils import build_model
     from mmvit_ext.datasets.synthetic_shapes import render_scene
     config = ROOT / 'configs/demo/mask_rcnn_pvtv2_b2_demo.py'
     cfg = Config.fromfile(str(config))
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        detector = DET_MODELS.build(cfg.model)
+    detector = build_model(cfg)
     ckpt = tmp_path / 'demo.pth'
     torch.save({'state_dict': detector.state_dict(),
                 'meta': {'dataset_meta': {'classes': cfg.metainfo['classes']}}}, ckpt)

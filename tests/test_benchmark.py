@@ -1,16 +1,12 @@
 """The benchmark's comparison mode really runs mmdet's and timm's code with our weights."""
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer
 from mmvit_ext.benchmark import agreement_size, build_peers, check_peers
-
-ROOT = Path(__file__).resolve().parents[1]
+from tool_runner import tool_process
 
 
 @pytest.mark.parametrize('ours,size', [
@@ -46,10 +42,9 @@ def test_agreement_sizes_follow_each_peers_semantics():
 
 
 def test_benchmark_tool_prints_ratio_summary():
-    result = subprocess.run(
-        [sys.executable, 'tools/analysis/benchmark.py', 'pvtv2:b0', '--size', '64', '64',
-         '--batch', '1', '--warmup', '0', '--repeat', '1', '--compare'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = tool_process('tools/analysis/benchmark.py', 'pvtv2:b0', '--size', '64', '64',
+                          '--batch', '1', '--warmup', '0', '--repeat', '1', '--compare',
+                          timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert any(line.startswith('[check] mmdet: outputs match ours') for line in lines)

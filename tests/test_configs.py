@@ -23,7 +23,7 @@ from mmengine.device import is_cuda_available
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from mmvit_ext.utils.config_checks import task_scope
+from mmvit_ext.utils import build_model, task_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'configs').rglob('*.py')
@@ -144,12 +144,10 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
     if optim_cfg.get('type') == 'AmpOptimWrapper' and not is_cuda_available():
         optim_cfg.type = 'OptimWrapper'
-    registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
-    __import__(f'{scope}.models')
     __import__(f'{scope}.datasets')
     torch.manual_seed(0)
+    model = build_model(cfg, scope=scope)
     with DefaultScope.overwrite_default_scope(scope):
-        model = registry.build(cfg.model)
         logger = MMLogger.get_current_instance()
         level, logger.level = logger.level, logging.WARNING  # one INFO line per tensor otherwise
         try:
@@ -203,16 +201,11 @@ def test_recipes_exclude_norms_and_tables_from_weight_decay():
 
 def test_plain_vit_mask_rcnn_trains_one_step_at_512():
     """One Mask R-CNN step at 512x512 on CPU (the size the windowed trunk is built for)."""
-    from mmdet.registry import MODELS as DET_MODELS
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
-    __import__('mmdet.models')
-    cfg = Config.fromfile(str(ROOT / 'configs/mask_rcnn_deepvit_s_fpn_1x_coco.py'))
-    cfg.model.backbone.init_cfg = None
     torch.manual_seed(0)
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        model = DET_MODELS.build(cfg.model)
+    model = build_model(ROOT / 'configs/mask_rcnn_deepvit_s_fpn_1x_coco.py', pretrained=False)
     model.init_weights()
     model.train()
     images, samples = [], []

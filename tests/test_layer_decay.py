@@ -12,7 +12,8 @@ from torch import nn
 
 import mmvit_ext
 from backbone_cases import SMALL
-from layout_peers import build_in_scope, mask_rcnn_cfg, upernet_cfg
+from mmvit_ext.utils import build_model
+from layout_peers import mask_rcnn_cfg, upernet_cfg
 
 RATE, LR, WD = 0.75, 1e-4, 0.05
 NO_DECAY = ('pos_embed', 'cls_token', 'relative_position_bias_table')
@@ -36,7 +37,7 @@ def build_optimizer_in_scope(scope: str, model_cfg: dict, optim_wrapper: dict):
     registry, then ``build_optim_wrapper`` under the config's ``default_scope``."""
     cfg = Config(dict(default_scope=scope, custom_imports=dict(imports=['mmvit_ext']),
                       model=model_cfg, optim_wrapper=optim_wrapper))
-    model = build_in_scope(cfg.default_scope, cfg.model)
+    model = build_model(cfg)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         return model, build_optim_wrapper(model, cfg.optim_wrapper)
 

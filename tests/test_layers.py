@@ -7,7 +7,7 @@ from torch import nn
 
 from mmvit_ext.layers import (POST_SOFTMAX, PRE_SOFTMAX, Attention, LayerScale, MapTransform,
                               PatchEmbed, RelativePositionBias, WindowAttention,
-                              adaptive_avg_pool2d, linear_drop_path_rates, pad_to_windows,
+                              adaptive_avg_pool2d, linear_drop_path_rates, pad_to_multiple,
                               relative_position_index, resize_grid, resize_pos_embed,
                               resize_rel_pos_table, scaled_dot_product_attention,
                               shifted_window_mask, window_partition, window_reverse)
@@ -85,7 +85,7 @@ def test_attention_rejects_indivisible_heads():
 
 def test_window_partition_roundtrip_and_padding():
     x = torch.randn(2, 10, 13, 5)
-    padded = pad_to_windows(x, (7, 7))
+    padded = pad_to_multiple(x, (7, 7), channels_last=True)
     assert padded.shape == (2, 14, 14, 5)
     assert torch.equal(padded[:, :10, :13], x) and padded[:, 10:].abs().sum() == 0
     windows = window_partition(padded, (7, 7))
@@ -159,7 +159,7 @@ def _reference_window_attention(attn: WindowAttention, x: torch.Tensor, hw, wind
     """pad -> roll -> partition -> explicit attention with bias + mask -> reverse, written out
     the way the official Swin does it."""
     b, n, c = x.shape
-    grid = pad_to_windows(x.view(b, *hw, c), window)
+    grid = pad_to_multiple(x.view(b, *hw, c), window, channels_last=True)
     hp, wp = grid.shape[1:3]
     if any(shift):
         grid = torch.roll(grid, (-shift[0], -shift[1]), (1, 2))

@@ -54,13 +54,9 @@ def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
     work = tmp_path / 'work'
 
     # the untrained model, initialised as training would, saved in mmengine's checkpoint format
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmdet.registry import MODELS
-    import mmdet.models  # noqa: F401
+    from mmvit_ext.utils import build_model
     torch.manual_seed(0)
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        untrained = MODELS.build(Config.fromfile(str(config)).model)
+    untrained = build_model(config)
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)

@@ -3,7 +3,6 @@ tool: what a user meets on each load path."""
 import argparse
 import logging
 import subprocess
-import sys
 import urllib.error
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer
 from mmvit_ext.converters import CheckpointError, partial_loading, read_checkpoint
 from mmvit_ext.utils.config_checks import missing_pretrained
 from official_layouts import official_swin_state_dict
+from tool_runner import tool_process
 
 ROOT = Path(__file__).resolve().parents[1]
 PVT = dict(embed_dims=(16, 32, 64, 128), depths=(1, 2, 1, 1), num_heads=(1, 2, 4, 8))
@@ -156,8 +156,7 @@ def test_timm_training_checkpoint_loads_and_crafted_ones_stay_refused(tmp_path):
 
 
 def _tool(*args):
-    command = [sys.executable, str(ROOT / 'tools/convert_checkpoint.py'), *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    return tool_process(ROOT / 'tools/convert_checkpoint.py', *args)
 
 
 def test_convert_tool_names_the_layout_and_checks_the_output_loads(tmp_path):

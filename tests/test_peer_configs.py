@@ -8,6 +8,7 @@ branch), see :func:`test_features_equal_given_peer_weights`.
 """
 import copy
 import importlib
+import re
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,12 +24,14 @@ pytest.importorskip('mmpretrain')
 from mmengine.config import Config  # noqa: E402
 
 import mmvit_ext  # noqa: E402,F401  (registers the mmvit_ext scope)
-from mmvit_ext.backbones.vocabulary import ConfigError  # noqa: E402
+from mmvit_ext.backbones import family_classes  # noqa: E402
+from mmvit_ext.errors import ConfigError  # noqa: E402
 from layout_peers import build_in_scope  # noqa: E402
 
 PEERS = ('mmdet', 'mmseg', 'mmpretrain')
-OURS = {'SwinTransformer': 'mmvit_ext.SwinTransformer',
-        'PyramidVisionTransformerV2': 'mmvit_ext.PyramidVisionTransformerV2'}
+# our registered backbones: a peer config whose backbone type has the same class name is built
+# with ours after changing only the type
+OURS = {cls.__name__: f'mmvit_ext.{cls.__name__}' for cls in family_classes().values()}
 SIZE = 384  # every stage map >= the largest window (12) in the shipped configs
 
 
@@ -39,13 +42,15 @@ def _peer_registry(peer: str) -> SimpleNamespace:
 
 def _shipped_configs() -> List[Tuple[str, str, dict]]:
     """(peer, config path relative to its configs folder, backbone dict) for every shipped
-    config whose backbone is a SwinTransformer or PyramidVisionTransformerV2."""
+    config whose backbone type is the class name of one of ours (configs are read only where
+    their path names one of our families, e.g. ``swin`` or ``pvtv2``)."""
     found = []
+    families = [family.lower() for family in family_classes()]
     for peer in PEERS:
         root = Path(importlib.import_module(peer).__file__).parent / '.mim' / 'configs'
         for path in sorted(root.rglob('*.py')):
-            name = str(path.relative_to(root)).lower()
-            if 'swin' not in name and 'pvt' not in name:
+            name = re.sub(r'[^a-z0-9]', '', str(path.relative_to(root)).lower())
+            if not any(family in name for family in families):
                 continue
             try:
                 model = Config.fromfile(str(path)).get('model')
@@ -200,8 +205,8 @@ def test_features_equal_given_our_weights_in_the_peer(name):
 @pytest.mark.parametrize('name', ['mmdet-swin', 'mmseg-swin', 'mmpretrain-swin'])
 def test_swin_maps_shorter_than_the_window_as_the_peer(name):
     """On maps shorter than the window (stages 3-4 of a 96 x 128 input) mmdet / mmseg pad the
-    map and keep the shift, as mmpretrain with pad_small_map=True; under their names ours does
-    the same (<= 1e-4), while our own names keep the official shrink-to-the-map."""
+    map and keep the shift, as mmpretrain with pad_small_map=True; built in their default scope
+    ours does the same (<= 1e-4), while outside it ours keeps the official shrink-to-the-map."""
     peer, cfg = SMALL[name]
     cfg = dict(cfg, pad_small_map=True) if peer == 'mmpretrain' else cfg
     registry = _peer_registry(peer)
@@ -219,3 +224,52 @@ def test_swin_maps_shorter_than_the_window_as_the_peer(name):
     native = SwinTransformer(arch=dict(embed_dims=32, depths=(2, 2, 2, 2),
                                        num_heads=(1, 2, 4, 8)), drop_path_rate=0.0)
     assert not native.pad_small_map
+
+
+# ---- semantics by rule: the default scope, never the names ------------------------------------
+def _frozen(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: p for n, p in model.backbone.named_parameters() if not p.requires_grad}
+
+
+@pytest.mark.parametrize('frozen_stages', [0, 1])
+@pytest.mark.parametrize('extra', [{}, dict(img_size=224)], ids=['no-img_size', 'img_size'])
+def test_type_swapped_mmpretrain_config_freezes_what_mmpretrain_freezes(frozen_stages, extra):
+    """mmpretrain's Swin-T recipe, built as its runner builds it (mmengine's MODELS under the
+    config's default_scope='mmpretrain'), with and without ``img_size``: our backbone freezes
+    exactly the parameters mmpretrain's freezes (names through our converter)."""
+    from mmengine.registry import MODELS as ROOT_MODELS
+    from mmengine.registry import init_default_scope
+
+    from mmvit_ext.converters.swin import convert_openmmlab_swin
+    import mmpretrain
+    recipe = 'swin_transformer/swin-tiny_16xb64_in1k.py'
+    cfg = Config.fromfile(str(Path(mmpretrain.__file__).parent / '.mim' / 'configs' / recipe))
+    init_default_scope(cfg.default_scope)  # what the runner does
+    backbone = {k: v for k, v in cfg.model.backbone.to_dict().items() if k != 'img_size'}
+    backbone.update(frozen_stages=frozen_stages, **extra)
+    models = {}
+    for kind in ('SwinTransformer', 'mmvit_ext.SwinTransformer'):
+        model_cfg = copy.deepcopy(cfg.model)
+        model_cfg.backbone = dict(backbone, type=kind, drop_path_rate=0.0)
+        models[kind] = ROOT_MODELS.build(model_cfg).train()
+    theirs, ours = _frozen(models['SwinTransformer']), _frozen(models['mmvit_ext.SwinTransformer'])
+    assert models['mmvit_ext.SwinTransformer'].backbone.peer == 'mmpretrain'
+    assert sum(p.numel() for p in ours.values()) == sum(p.numel() for p in theirs.values()) == \
+        {0: 304_086, 1: 1_492_290}[frozen_stages]
+    assert set(convert_openmmlab_swin(theirs)) == set(ours)
+
+
+@pytest.mark.parametrize('peer', ['mmdet', 'mmseg'])
+@pytest.mark.parametrize('frozen_stages', [0, 2])
+def test_mmdet_and_mmseg_configs_keep_their_count(peer, frozen_stages):
+    """mmdet / mmseg: ``frozen_stages=k`` freezes the patch embedding, stages 0..k-1 and their
+    output norms, with or without mmpretrain's ``img_size``."""
+    for extra in ({}, dict(img_size=224)):
+        cfg = dict(type='mmvit_ext.SwinTransformer', embed_dims=32, depths=(2, 2, 2, 2),
+                   num_heads=(1, 2, 4, 8), frozen_stages=frozen_stages, **extra)
+        model = build_in_scope(peer, cfg).train()
+        prefixes = ('patch_embed.', *(f'{part}{i}.' for i in range(frozen_stages)
+                                      for part in ('layers.', 'norm')))
+        assert {n for n, p in model.named_parameters() if not p.requires_grad} == \
+            {n for n, _ in model.named_parameters() if n.startswith(prefixes)}
+    assert model.peer == peer and model.pad_small_map and model.out_indices == (0, 1, 2, 3)

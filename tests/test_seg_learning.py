@@ -56,13 +56,9 @@ def test_training_beats_untrained_miou(tmp_path):
     config = _short_config(tmp_path, data_root)
 
     # the untrained model, initialised as training would, in mmengine's checkpoint format
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmseg.registry import MODELS
-    import mmseg.models  # noqa: F401
+    from mmvit_ext.utils import build_model
     torch.manual_seed(0)
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        untrained = MODELS.build(Config.fromfile(str(config)).model)
+    untrained = build_model(config)
     untrained.init_weights()
     untrained_ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': untrained.state_dict(), 'meta': {}}, untrained_ckpt)

@@ -1,18 +1,9 @@
 """tools/train.py and tools/test.py: clear one-line failures before any work starts."""
-import subprocess
-import sys
-from pathlib import Path
-
 from mmengine.config import Config
 
 from mmvit_ext.utils.config_checks import missing_data, missing_pretrained, neck_channel_mismatch
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+from tool_runner import ROOT
+from tool_runner import tool_process as _run
 
 
 def test_headline_config_without_coco_fails_with_one_clear_line(tmp_path):

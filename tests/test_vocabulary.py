@@ -51,20 +51,60 @@ def test_swin_accepted_peer_values():
         meta(Swin, embed_dim=96)
 
 
+TINY_SWIN = dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+
+
+def frozen_stages_of(model) -> list:
+    return [all(not p.requires_grad for p in s.parameters()) for s in model.train().layers]
+
+
 def test_swin_mmpretrain_names():
-    # img_size -> pretrain_img_size; stage_cfgs window -> window_size; default out_indices (3,)
-    model = meta(Swin, arch='base', img_size=384, stage_cfgs=dict(block_cfgs=dict(window_size=12)))
+    # img_size -> pretrain_img_size; stage_cfgs window -> window_size; peer mmpretrain's
+    # default out_indices (3,)
+    model = meta(Swin, arch='base', img_size=384, stage_cfgs=dict(block_cfgs=dict(window_size=12)),
+                 peer='mmpretrain')
     assert model.pretrain_img_size == (384, 384) and model.window_size == 12
     assert model.out_indices == (3,) and model.out_channels == (1024,)
     # mmpretrain counts frozen stages from 0: frozen_stages=1 freezes stages 0 and 1
-    model = Swin(dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1)), img_size=64,
-                 frozen_stages=1, out_indices=(0, 1, 2, 3)).train()
-    frozen = [all(not p.requires_grad for p in s.parameters()) for s in model.layers]
-    assert frozen == [True, True, False, False]
-    mmdet_style = Swin(dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1)),
-                       frozen_stages=1).train()
-    assert [all(not p.requires_grad for p in s.parameters()) for s in mmdet_style.layers] == \
+    model = Swin(TINY_SWIN, img_size=64, frozen_stages=1, out_indices=(0, 1, 2, 3),
+                 peer='mmpretrain')
+    assert frozen_stages_of(model) == [True, True, False, False]
+    assert frozen_stages_of(Swin(TINY_SWIN, frozen_stages=1, peer='mmdet')) == \
         [True, False, False, False]
+
+
+@pytest.mark.parametrize('extra', [{}, dict(img_size=64), dict(embed_dims=8),
+                                   dict(stage_cfgs=dict(block_cfgs=dict(window_size=7)))])
+def test_names_never_choose_the_semantics(extra):
+    """Without ``peer`` and outside a peer's scope, our semantics hold whatever names appear."""
+    model = Swin(TINY_SWIN, frozen_stages=1, **extra)
+    assert model.peer == 'mmvit_ext' and model.out_indices == (0, 1, 2, 3)
+    assert not model.pad_small_map and not model.refuse_small_maps
+    assert frozen_stages_of(model) == [True, False, False, False]
+
+
+@pytest.mark.parametrize('scope,frozen,out_indices,pad', [
+    ('mmpretrain', [True, True, False, False], (3,), False),
+    ('mmdet', [True, False, False, False], (0, 1, 2, 3), True),
+    ('mmseg', [True, False, False, False], (0, 1, 2, 3), True),
+    ('mmengine', [True, False, False, False], (0, 1, 2, 3), False),
+])
+def test_the_default_scope_chooses_the_semantics(scope, frozen, out_indices, pad):
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope(scope):
+        for extra in ({}, dict(img_size=64)):
+            model = Swin(TINY_SWIN, frozen_stages=1, **extra)
+            assert model.out_indices == out_indices and model.pad_small_map == pad
+            if out_indices == (3,):
+                model = Swin(TINY_SWIN, frozen_stages=1, out_indices=(0, 1, 2, 3), **extra)
+            assert frozen_stages_of(model) == frozen
+        # the explicit argument wins over the scope
+        assert Swin(TINY_SWIN, frozen_stages=1, peer='mmdet').out_indices == (0, 1, 2, 3)
+
+
+def test_unknown_peer_is_refused():
+    with pytest.raises(ConfigError, match="peer='timm' is not supported"):
+        meta(Swin, peer='timm')
 
 
 def test_pvtv2_mmdet_names():
@@ -126,16 +166,18 @@ from mmvit_ext.layers import resize_pos_embed  # noqa: E402
 TINY_MMSEG = dict(embed_dims=32, num_layers=4, num_heads=2, mlp_ratio=3)
 
 
-def test_plain_vit_mmseg_names_take_mmseg_defaults():
+def test_plain_vit_peer_mmseg_takes_mmseg_defaults():
     model = meta(DeepViT, arch=dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2),
-                 img_size=(64, 96), out_indices=(1, 3), num_heads=2)
-    # mmseg's defaults with its names: class token in the trunk, global attention, stride-16
-    # maps one per index, no final norm
+                 img_size=(64, 96), out_indices=(1, 3), num_heads=2, peer='mmseg')
+    # mmseg's defaults: class token in the trunk, global attention, stride-16 maps one per
+    # index, no final norm
     assert model.cls_token is not None and model.window_size is None
     assert model.simple_pyramid is False and model.norm is None
     assert model.grid_size == (4, 6)
     assert model.out_channels == (32, 32) and model.strides == (16, 16)
-    native = meta(DeepViT, dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2))
+    # mmseg's names alone choose nothing: our defaults
+    native = meta(DeepViT, dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2),
+                  num_heads=2, final_norm=True)
     assert native.cls_token is None and native.window_size == 14 and native.simple_pyramid
 
 
@@ -160,7 +202,7 @@ def test_with_cls_token_runs_the_official_trunk():
     arch = dict(embed_dims=32, depth=3, num_heads=2, reattention_blocks=1)
     official = DeepViT(arch, img_size=64, out_type='cls_token', drop_path_rate=0.0).eval()
     dense = DeepViT(arch, img_size=64, with_cls_token=True, final_norm=True, out_indices=(-1,),
-                    drop_path_rate=0.0).eval()
+                    drop_path_rate=0.0, peer='mmseg').eval()
     dense.load_state_dict(official.state_dict())
     x = torch.randn(2, 3, 64, 48)
     with torch.no_grad():

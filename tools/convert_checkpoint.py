@@ -5,8 +5,8 @@ cache) safely (weights only), unwraps ``model`` / ``state_dict`` / ``state_dict_
 ``module.`` / ``backbone.`` (a whole detector gives its backbone), names the layout it detected
 (official, timm, Hugging Face, mmdet / mmseg / mmpretrain, mmvit_ext), converts it and writes
 ``.pth`` or ``.safetensors`` (by the output suffix). It then reads the written file back and
-loads it into our backbone (``--arch``, or the architecture read off Swin / PVTv2 / CaiT
-weights), strictly: a file that would not load is an error. A checkpoint whose layout it
+loads it into our backbone (``--arch``, or the architecture the family reads off the weights,
+``BaseBackbone.infer_arch``), strictly: a file that would not load is an error. A checkpoint whose layout it
 cannot recognise is refused, naming the keys it saw.
 
 Example:
@@ -14,7 +14,6 @@ Example:
     python tools/convert_checkpoint.py swin_tiny_patch4_window7_224.pth swin_t.pth --family swin
 """
 import argparse
-import re
 import sys
 from collections import Counter
 from typing import Optional
@@ -22,46 +21,15 @@ from typing import Optional
 import torch
 
 import mmvit_ext  # noqa: F401  (registers the layouts and the safe unpickler)
-from mmvit_ext.backbones import FAMILIES
+from mmvit_ext.backbones import family_class, family_classes
 from mmvit_ext.converters import (LAYOUTS, CheckpointError, detect_layouts, read_checkpoint,
                                   save_state_dict, unwrap_state_dict)
-from mmvit_ext.registry import MODELS
 
 
 def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
-    """Swin / PVTv2 / CaiT settings read off our-layout weights (PVTv2's heads do not shape
-    them)."""
-    stages = sorted({int(k.split('.')[1]) for k in state_dict if re.match(r'^layers\.\d+\.', k)})
-    depths = [len({k.split('.')[3] for k in state_dict if k.startswith(f'layers.{i}.blocks.')})
-              for i in stages]
-    if family == 'swin':
-        tables = [state_dict[f'layers.{i}.blocks.0.attn.rel_pos.relative_position_bias_table']
-                  for i in stages]
-        window = (int(tables[0].shape[0] ** 0.5) + 1) // 2
-        return dict(arch=dict(embed_dims=state_dict['patch_embed.proj.weight'].shape[0],
-                              depths=depths, num_heads=[t.shape[1] for t in tables]),
-                    window_size=window, use_abs_pos_embed='absolute_pos_embed' in state_dict)
-    if family == 'pvtv2':
-        dims = [state_dict[f'layers.{i}.patch_embed.proj.weight'].shape[0] for i in stages]
-        sr = [state_dict.get(f'layers.{i}.blocks.0.attn.sr.weight') for i in stages]
-        linear = all(w is not None and w.shape[-1] == 1 for w in sr)
-        return dict(arch=dict(embed_dims=dims, depths=depths, num_heads=[1] * len(stages),
-                              mlp_ratios=[state_dict[f'layers.{i}.blocks.0.mlp.fc1.weight'].shape[0]
-                                          // d for i, d in zip(stages, dims)],
-                              sr_ratios=[1 if w is None or linear else w.shape[-1] for w in sr],
-                              linear=linear))
-    if family == 'cait':
-        dim = state_dict['patch_embed.proj.weight'].shape[0]
-        cls_depth = len({k.split('.')[1] for k in state_dict if k.startswith('cls_blocks.')})
-        arch = dict(embed_dims=dim, depth=len({k.split('.')[1] for k in state_dict
-                                               if k.startswith('blocks.')}),
-                    num_heads=state_dict['blocks.0.attn.map_transforms.0.proj.weight'].shape[0],
-                    mlp_ratio=state_dict['blocks.0.mlp.fc1.weight'].shape[0] // dim,
-                    cls_depth=cls_depth)
-        side = int(state_dict['pos_embed'].shape[1] ** 0.5)
-        return dict(arch=arch, img_size=16 * side,
-                    out_type='cls_token' if 'cls_token' in state_dict else 'featmap')
-    return None
+    """Constructor settings read off our-layout weights by the family's class (``None``: they
+    do not determine the architecture)."""
+    return family_class(family).infer_arch(state_dict)
 
 
 def load_back(dst: str, family: str, arch: Optional[str]) -> str:
@@ -70,12 +38,13 @@ def load_back(dst: str, family: str, arch: Optional[str]) -> str:
     settings = dict(arch=arch) if arch else infer_arch(family, state_dict)
     if settings is None:
         return f'  not load-checked: pass --arch to build the {family} model'
-    model = MODELS.build(dict(type=FAMILIES[family], **settings))
+    cls = family_class(family)
+    model = cls(**settings)
     model.load_state_dict(state_dict)  # converts nothing, raises on anything that does not fit
     report = model.load_report
     kept = f'; kept initialised (expected): {len(report.expected_missing)}' \
         if report.expected_missing else ''
-    return (f'  load-checked: {dst} loads into {FAMILIES[family]}({settings}) as '
+    return (f'  load-checked: {dst} loads into {cls.__name__}({settings}) as '
             f'{report.layout!r}: {len(report.loaded)} tensors{kept}')
 
 
@@ -117,10 +86,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('src', help='checkpoint file or http(s) URL')
     parser.add_argument('dst', help='output file: .pth or .safetensors')
-    parser.add_argument('--family', choices=sorted(FAMILIES),
+    parser.add_argument('--family', choices=sorted(family_classes()),
                         help="only accept this family's layouts")
     parser.add_argument('--arch', help='our arch preset to load-check the output with (default: '
-                                       'read off the weights for Swin / PVTv2 / CaiT)')
+                                       'read off the weights where the family can)')
     args = parser.parse_args()
     try:
         print(convert(args.src, args.dst, args.family, args.arch))

@@ -9,6 +9,7 @@ the channels and strides of every selectable level and ``out_indices``. Parts af
 selected level are not built (they would get no gradient, which breaks DDP).
 """
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -23,18 +24,61 @@ from ..converters import load_pretrained, unwrap_state_dict
 from ..converters.layouts import StateDict
 from ..converters.loading import LoadReport, current_source, prepare_state_dict
 from ..layers import resize_rel_pos_table
-from .vocabulary import ConfigError, normalise_init_cfg
+from ..errors import ConfigError
+from .vocabulary import Vocabulary, normalise_init_cfg
+
+# (params in millions, GFLOPs) of a preset in classifier form at 224x224; None: not published
+PaperFigures = Tuple[Optional[float], Optional[float]]
+
+
+@dataclass(frozen=True)
+class ExportLimits:
+    """What a dynamic ONNX graph of a backbone needs to know about input sizes.
+
+    Args:
+        min_size: the smallest image side the graph serves (torch specialises size-1 dims, so
+            the deepest map must be at least 2 pixels).
+        fixed_window_size: from this side on, every map whose windows shrink to fit small maps
+            is longer than one window, so the window layout does not depend on the size (the
+            export is faster there); 0 when no window shrinks.
+    """
+
+    min_size: int
+    fixed_window_size: int = 0
 
 
 class BaseBackbone(BaseModule):
-    """Contract base. Subclasses set ``family``, ``arch_zoo``, ``essential_keys`` and
-    ``optional_keys``, call :meth:`_set_contract`, build their layers and implement
-    :meth:`forward_features`, :meth:`frozen_modules` and :meth:`unbuilt_prefixes`."""
+    """Contract base, and the one place a family answers every question about itself.
+
+    Subclasses set the class attributes below, call :meth:`_set_contract`, build their layers
+    and implement :meth:`forward_features`, :meth:`frozen_modules` and :meth:`unbuilt_prefixes`.
+    Shared code and tools ask the class (or instance), never test for a family:
+
+    * ``family``: the short name of the tools' ``FAMILY:ARCH`` presets and of the family's
+      checkpoint layouts (:func:`mmvit_ext.converters.register_layout`);
+    * ``arch_zoo`` (presets and aliases, one table), ``default_arch``, ``essential_keys`` /
+      ``optional_keys`` of a custom arch: :meth:`resolve_arch`;
+    * ``vocabulary``: the peers' names for its arguments (:mod:`.vocabulary`);
+    * ``paper_figures``: the presets ``model_stats --all`` counts, with the paper's numbers;
+    * ``official_code``: where ``official_parity.py`` finds the official model;
+    * :meth:`infer_arch`: constructor settings read off a state dict of our layout;
+    * :meth:`classifier_settings`: the settings that make the classifier form;
+    * :meth:`export_limits`: input sizes a dynamic ONNX graph serves;
+    * :meth:`benchmark_peers` / :meth:`peer_agreement_size`: peer implementations holding our
+      weights, for ``benchmark --compare``;
+    * :meth:`layer_depth_groups`: layer-wise lr decay.
+    """
 
     family: str = ''
     arch_zoo: Dict[str, Dict[str, Any]] = {}
+    default_arch: str = ''
     essential_keys: FrozenSet[str] = frozenset()
     optional_keys: FrozenSet[str] = frozenset()
+    vocabulary: Vocabulary = Vocabulary()
+    paper_figures: Dict[str, PaperFigures] = {}
+    # the official repository's model module and our arch -> its constructor, for
+    # tools/analysis/official_parity.py (None: no official code to check against)
+    official_code: Optional[Tuple[str, Dict[str, str]]] = None
     in_channels: int = 3
     min_input_size: int = 1
 
@@ -48,6 +92,36 @@ class BaseBackbone(BaseModule):
         self.with_cp = False
         self.load_report: Optional[LoadReport] = None
         self._register_load_state_dict_pre_hook(self._convert_on_load)
+
+    # ---- family facts ----------------------------------------------------------------------
+    @classmethod
+    def infer_arch(cls, state_dict: StateDict) -> Optional[Dict[str, Any]]:
+        """Constructor settings (``arch=dict(...)`` and others) read off weights of our layout,
+        so that ``tools/convert_checkpoint.py`` can load-check them; ``None``: the weights do
+        not determine the architecture (pass ``--arch``)."""
+        return None
+
+    @classmethod
+    def classifier_settings(cls) -> Dict[str, Any]:
+        """Settings that make the classifier trunk: one output, the deepest."""
+        return dict(out_indices=(-1,))
+
+    def export_limits(self) -> ExportLimits:
+        """Sizes a dynamic ONNX graph of this instance serves (:class:`ExportLimits`); families
+        whose windows shrink to fit small maps add ``fixed_window_size``."""
+        strides = [s for s in (*self.level_strides, *self.strides) if s is not None]
+        return ExportLimits(min_size=2 * max(strides))
+
+    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+        """Peer implementations (mmdet, timm ...) of this model holding exactly our weights,
+        returning our outputs, for ``benchmark --compare``; none by default."""
+        raise ValueError(f'no peer implementations for {type(self).__name__} (families with '
+                         f'peers define benchmark_peers())')
+
+    def peer_agreement_size(self, peer: str, size: Tuple[int, int]) -> Tuple[int, int]:
+        """An input size near ``size`` where ``peer`` computes what we compute (their small-map
+        or padding semantics may differ elsewhere)."""
+        return size
 
     # ---- arguments -------------------------------------------------------------------------
     @classmethod

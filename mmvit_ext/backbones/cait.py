@@ -1,7 +1,8 @@
 """CaiT (Touvron et al., 2021): LayerScale on every residual branch, talking-heads attention in
 the trunk, and class-attention blocks that read the class token out of the frozen patch tokens."""
+import math
 from functools import partial
-from typing import Any, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 from torch import nn
@@ -84,11 +85,32 @@ class CaiT(PlainViTBase):
     }
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
     optional_keys = frozenset({'mlp_ratio', 'layer_scale', 'cls_depth'})
-
     default_arch = 's24'
+    # Touvron et al. 2021, Tab. 3 (S36 counted at 224)
+    paper_figures = {'xxs24': (12.0, 2.5), 'xxs36': (17.3, 3.8), 'xs24': (26.6, 5.4),
+                     's24': (46.9, 9.4), 's36': (68.2, 13.9), 'm36': (270.1, 53.7),
+                     'm48': (356.5, 71.5)}
 
     def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)
+
+    @classmethod
+    def infer_arch(cls, state_dict: Dict[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
+        """Dims, depths, heads (the talking-heads projection) and the position grid."""
+        needed = ('patch_embed.proj.weight', 'blocks.0.attn.map_transforms.0.proj.weight',
+                  'blocks.0.mlp.fc1.weight', 'pos_embed')
+        if any(k not in state_dict for k in needed):
+            return None
+        dim = state_dict['patch_embed.proj.weight'].shape[0]
+        arch = dict(embed_dims=dim,
+                    depth=len({k.split('.')[1] for k in state_dict if k.startswith('blocks.')}),
+                    num_heads=state_dict['blocks.0.attn.map_transforms.0.proj.weight'].shape[0],
+                    mlp_ratio=state_dict['blocks.0.mlp.fc1.weight'].shape[0] // dim,
+                    cls_depth=len({k.split('.')[1] for k in state_dict
+                                   if k.startswith('cls_blocks.')}))
+        side = math.isqrt(state_dict['pos_embed'].shape[1])
+        return dict(arch=arch, img_size=cls.default_patch_size * side,
+                    out_type='cls_token' if 'cls_token' in state_dict else 'featmap')
 
     @staticmethod
     def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:

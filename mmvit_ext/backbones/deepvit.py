@@ -42,8 +42,14 @@ class DeepViT(PlainViTBase):
     }
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads', 'reattention_blocks'})
     optional_keys = frozenset({'mlp_ratio', 'conv_stem', 'transform_scale', 'scale_adjustment'})
-
     default_arch = 's'
+    # Zhou et al. 2021 (params of DeepViT-S); the others are counted without a paper figure
+    paper_figures = {'16b': (None, None), '24b': (None, None), '32b': (None, None),
+                     's': (27, None), 'l': (None, None)}
+    official_code = ('models.deep_vision_transformer',  # github.com/zhoudaquan/dvit_repo
+                     {'16b': 'deepvit_patch16_224_re_attn_16b',
+                      '24b': 'deepvit_patch16_224_re_attn_24b',
+                      '32b': 'deepvit_patch16_224_re_attn_32b', 's': 'deepvit_S', 'l': 'deepvit_L'})
 
     def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)

@@ -9,20 +9,48 @@ the model is the official classifier trunk (class token, global attention everyw
 the normalised class token, for mmpretrain classifiers and parity checks.
 """
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (DropPath, LayerScale, MapTransform, Mlp, WindowAttention, norm_mlp,
-                      init_linear_and_norm, linear_drop_path_rates, resize_pos_embed)
+from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention, norm_mlp,
+                      init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
+                      tokens_to_map)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
-from .base import BaseBackbone
-from .vocabulary import ConfigError, to_pair, translate
-
-Size2 = Tuple[int, int]
+from .base import BaseBackbone, ExportLimits
+from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
+                         translate)
 OUT_TYPES = ('featmap', 'cls_token')
+
+
+def _bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    return None if isinstance(value, bool) else 'True or False'
+
+
+_MMSEG_VIT_CHECKS: Dict[str, Check] = {
+    'patch_size': equals(16, '16 (the pretrained patch size)'),
+    'qkv_bias': equals(True, 'True'),
+    'with_cls_token': _bool,
+    'output_cls_token': equals(False, "False (out_type='cls_token' returns the class token)"),
+    'final_norm': _bool,
+    'act_cfg': GELU,
+    'norm_cfg': cfg_check(['LN'], LN_EPS, eps=1e-6),
+    'patch_norm': equals(False, 'False'),
+    'patch_bias': equals(True, 'True (the official patch embedding has a bias)'),
+    'patch_pad': equals('corner', "'corner' (bottom / right zero padding)"),
+    'pre_norm': equals(False, 'False'),
+    'num_fcs': equals(2, '2'),
+    'out_origin': equals(False, 'False'),
+    'interpolate_mode': equals('bicubic', "'bicubic'"),
+    'frozen_exclude': equals(['all'], "['all'] (freeze with frozen_stages)"),
+}
+# mmseg VisionTransformer names, for every plain-ViT family
+MMSEG_VIT_VOCABULARY = Vocabulary(
+    arch_args={'embed_dims': 'embed_dims', 'num_layers': 'depth', 'num_heads': 'num_heads',
+               'mlp_ratio': 'mlp_ratio'},
+    checks=_MMSEG_VIT_CHECKS)
 
 
 class ViTBlock(nn.Module):
@@ -84,23 +112,28 @@ class PlainViTBase(BaseBackbone):
             pyramid, one index gives all four levels from that block (ViTDet), four indices one
             level each (BEiT / mmseg multi-level).
         simple_pyramid: resample to strides 4/8/16/32; off: stride-16 maps, one per index.
-            ``None``: on, off with mmseg's names (its stride-16 outputs).
+            ``None``: on, off for peer mmseg (its stride-16 outputs).
         window_size: window side in tokens for the windowed blocks; ``None`` for global attention
             everywhere (as the classifiers are pretrained); ``'auto'``: 14 (the pretraining
-            grid), ``None`` with mmseg's names.
+            grid), ``None`` for peer mmseg.
         global_blocks: blocks that keep global attention when windows are on; ``None`` picks
             four evenly spaced blocks (the family may adjust them).
         frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
             first k blocks.
         fused_attn: use the fused SDPA kernel in blocks without map transforms.
+        peer: ``'mmseg'`` gives mmseg ``VisionTransformer``'s defaults: the class token in the
+            trunk (``with_cls_token=True`` where the family has one), global attention,
+            stride-16 maps, no final norm (``final_norm=False``); ``'mmdet'``,
+            ``'mmpretrain'``, ``'mmvit_ext'``: ours. ``None``: the default scope the config is
+            built in (docs/peer_semantics.md).
         **peer_args: mmseg ``VisionTransformer`` names (``with_cls_token``, ``final_norm``,
-            ``num_layers``, ``pretrained`` ...), mapped or validated by
-            :mod:`mmvit_ext.backbones.vocabulary`; see :meth:`check_cls_token`.
+            ``num_layers``, ``pretrained`` ...): :data:`MMSEG_VIT_VOCABULARY`; see
+            :meth:`check_cls_token`.
     """
 
     num_prefix_tokens = 1
     default_patch_size = 16
-    default_arch = ''
+    vocabulary = MMSEG_VIT_VOCABULARY
 
     def __init__(self, arch: Union[str, dict, None] = None,
                  img_size: Union[int, Sequence[int]] = 224, in_channels: int = 3,
@@ -110,12 +143,13 @@ class PlainViTBase(BaseBackbone):
                  global_blocks: Optional[Sequence[int]] = None, drop_rate: float = 0.0,
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None,
-                 **peer_args: Any) -> None:
+                 fused_attn: bool = True, peer: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None, **peer_args: Any) -> None:
         name = type(self).__name__
-        args, settings = translate(name, self.family, dict(arch=arch, init_cfg=init_cfg),
-                                   peer_args, self.default_arch, self.resolve_arch)
+        args, settings = translate(type(self), dict(arch=arch, init_cfg=init_cfg, peer=peer),
+                                   peer_args)
         super().__init__(init_cfg=args['init_cfg'])
+        self.peer = args['peer']
         self.validate_arch(settings)
         self.arch_settings = settings
         dim, depth = int(settings['embed_dims']), int(settings['depth'])
@@ -128,9 +162,9 @@ class PlainViTBase(BaseBackbone):
         if min(img_hw) < patch or img_hw[0] % patch or img_hw[1] % patch:
             raise ValueError(f'{name}: img_size must be a positive multiple of the patch size '
                              f'{patch}, got {img_size!r}')
-        # mmseg's VisionTransformer names: its defaults (class token in the trunk, global
-        # attention, stride-16 maps, no final norm) unless given
-        mmseg = args['_dialect'] == 'mmseg'
+        # peer mmseg: VisionTransformer's defaults (class token in the trunk, global attention,
+        # stride-16 maps, no final norm) unless given
+        mmseg = self.peer == 'mmseg'
         with_cls_token = bool(peer_args.get('with_cls_token', mmseg and self.num_prefix_tokens))
         final_norm = bool(peer_args.get('final_norm', not mmseg))
         window_size = (None if mmseg else 14) if window_size == 'auto' else window_size
@@ -179,6 +213,19 @@ class PlainViTBase(BaseBackbone):
         self.pyramid = SimplePyramid(dim) if simple_pyramid else None
         self.init_parameters()
         self._freeze_stages()
+
+    # ---- family facts ------------------------------------------------------------------------
+    @classmethod
+    def classifier_settings(cls) -> Dict[str, Any]:
+        return dict(out_type='cls_token')
+
+    def export_limits(self) -> ExportLimits:
+        """Windows shrink to fit small token grids: a grid longer than one window keeps the
+        window layout fixed."""
+        limits = super().export_limits()
+        if self.window_size is None:
+            return limits
+        return ExportLimits(limits.min_size, self.patch_size * self.window_size + 1)
 
     # ---- family hooks ------------------------------------------------------------------------
     def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
@@ -337,10 +384,8 @@ class PlainViTBase(BaseBackbone):
         feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
         if self.out_type == 'cls_token':
             return (self.forward_cls_token(tokens),)
-        b = tokens.shape[0]
         num_patches = hw[0] * hw[1]  # the class token (with_cls_token) is not a map pixel
-        maps = [f[:, f.shape[1] - num_patches:].transpose(1, 2).reshape(b, self.embed_dims, *hw)
-                for f in feats]
+        maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
         if self.pyramid is None:
             return tuple(maps)
         if len(maps) == 1:

@@ -1,18 +1,48 @@
 """PVTv2 (Wang et al., 2022): overlapping patch embedding, spatial-reduction attention (or
 linear SRA for ``b2_li``), convolutional FFN; a 4-level pyramid with a norm after every stage."""
 from functools import partial
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from ..layers import (ConvMlp, DropPath, PatchEmbed, SpatialReductionAttention, norm_mlp,
-                      init_linear_and_norm, linear_drop_path_rates)
+from ..layers import (ConvMlp, DropPath, PatchEmbed, Size2, SpatialReductionAttention, norm_mlp,
+                      init_linear_and_norm, linear_drop_path_rates, tokens_to_map)
 from ..registry import MODELS
 from .base import BaseBackbone
-from .vocabulary import translate
+from .vocabulary import (GELU, LN_EPS, Vocabulary, cfg_check, equals, is_bool, pair_check,
+                         seq_equals, translate)
 
-Size2 = Tuple[int, int]
+
+def _mmdet_dims(explicit: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+    """mmdet's ``embed_dims`` is the first stage's width per head: stage i gets
+    ``embed_dims * num_heads[i]``."""
+    if isinstance(explicit.get('embed_dims'), int):
+        heads = explicit.get('num_heads', settings['num_heads'])
+        explicit = dict(explicit, embed_dims=tuple(explicit['embed_dims'] * h for h in heads))
+    return explicit
+
+
+_V2_EMBEDDING = 'PVTv2 overlapping embedding'
+# mmdet PyramidVisionTransformerV2 (its PVT v1 options only with their v2 values)
+PVTV2_VOCABULARY = Vocabulary(
+    arch_args={'embed_dims': 'embed_dims', 'num_layers': 'depths', 'num_heads': 'num_heads',
+               'mlp_ratios': 'mlp_ratios', 'sr_ratios': 'sr_ratios'},
+    checks={
+        'pretrain_img_size': pair_check,  # only sizes a pos-embed (PVTv2 has none)
+        'num_stages': lambda v, a: None if v == len(a['_arch']['depths']) else
+        f"len(num_layers) = {len(a['_arch']['depths'])}",
+        'patch_sizes': seq_equals(lambda a: (7, 3, 3, 3), _V2_EMBEDDING),
+        'strides': seq_equals(lambda a: (4, 2, 2, 2), _V2_EMBEDDING),
+        'paddings': seq_equals(lambda a: (3, 1, 1, 1), _V2_EMBEDDING),
+        'use_abs_pos_embed': equals(False, 'False (PVTv2 has no absolute position embedding)'),
+        'norm_after_stage': equals(True, 'True (PVTv2 normalises after every stage)'),
+        'use_conv_ffn': equals(True, 'True (PVTv2 conv FFN)'),
+        'act_cfg': GELU,
+        'norm_cfg': cfg_check(['LN'], LN_EPS, eps=1e-6),
+        'convert_weights': is_bool,
+    },
+    adapt_arch=_mmdet_dims)
 
 
 class PVTv2Block(nn.Module):
@@ -63,9 +93,9 @@ class PyramidVisionTransformerV2(BaseBackbone):
         fused_attn: fused attention (``F.scaled_dot_product_attention``); ``False``
             materialises maps for analysis hooks.
         out_indices: stages whose maps are returned; stages after the last one are not built.
+        peer: accepted for every family (docs/peer_semantics.md); the peers agree on PVTv2.
         **peer_args: mmdet ``PyramidVisionTransformerV2`` names (``num_layers``, ``strides``,
-            ``pretrained``, ``use_conv_ffn`` ...), mapped or validated by
-            :mod:`mmvit_ext.backbones.vocabulary`.
+            ``pretrained``, ``use_conv_ffn`` ...): :data:`PVTV2_VOCABULARY`.
     """
 
     family = 'pvtv2'
@@ -84,19 +114,25 @@ class PyramidVisionTransformerV2(BaseBackbone):
                                                    mlp_ratios=(4, 4, 4, 4))),
     }
     del _small
+    default_arch = 'b2'
     essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
     optional_keys = frozenset({'mlp_ratios', 'sr_ratios', 'linear'})
+    vocabulary = PVTV2_VOCABULARY
+    # the official whai362/PVT model table
+    paper_figures = {'b0': (3.7, 0.6), 'b1': (14.0, 2.1), 'b2': (25.4, 4.0),
+                     'b2_li': (22.6, 3.9), 'b3': (45.2, 6.9), 'b4': (62.6, 10.1),
+                     'b5': (82.0, 11.8)}
 
     def __init__(self, arch: Union[str, dict, None] = None, in_channels: int = 3,
                  qkv_bias: bool = True, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.1, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 fused_attn: bool = True, init_cfg: Optional[Union[dict, List[dict]]] = None,
-                 **peer_args: Any) -> None:
-        args, settings = translate('PyramidVisionTransformerV2', self.family,
-                                   dict(arch=arch, init_cfg=init_cfg), peer_args, 'b2',
-                                   self.resolve_arch)
+                 fused_attn: bool = True, peer: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None, **peer_args: Any) -> None:
+        args, settings = translate(type(self), dict(arch=arch, init_cfg=init_cfg, peer=peer),
+                                   peer_args)
         super().__init__(init_cfg=args['init_cfg'])
+        self.peer = args['peer']  # the peers agree on every PVTv2 setting
         self.arch_settings = settings
         dims, depths, heads = (tuple(settings[k]) for k in ('embed_dims', 'depths', 'num_heads'))
         num_stages = len(depths)
@@ -129,6 +165,30 @@ class PyramidVisionTransformerV2(BaseBackbone):
                                           norm_layer, block_cfg))
         self.apply(self._init_module)
         self._freeze_stages()
+
+    @classmethod
+    def infer_arch(cls, state_dict: Dict[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
+        """Dims, depths, MLP and SR ratios read off the weights; the heads do not shape them
+        (one head per stage: the same parameters)."""
+        stages = sorted({int(k.split('.')[1]) for k in state_dict
+                         if k.startswith('layers.') and k.split('.')[1].isdigit()})
+        if not stages or any(f'layers.{i}.patch_embed.proj.weight' not in state_dict
+                             for i in stages):
+            return None
+        depths = [len({k.split('.')[3] for k in state_dict if k.startswith(f'layers.{i}.blocks.')})
+                  for i in stages]
+        dims = [state_dict[f'layers.{i}.patch_embed.proj.weight'].shape[0] for i in stages]
+        sr = [state_dict.get(f'layers.{i}.blocks.0.attn.sr.weight') for i in stages]
+        linear = all(w is not None and w.shape[-1] == 1 for w in sr)
+        return dict(arch=dict(embed_dims=dims, depths=depths, num_heads=[1] * len(stages),
+                              mlp_ratios=[state_dict[f'layers.{i}.blocks.0.mlp.fc1.weight'].shape[0]
+                                          // d for i, d in zip(stages, dims)],
+                              sr_ratios=[1 if w is None or linear else w.shape[-1] for w in sr],
+                              linear=linear))
+
+    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+        from ..converters.pvt_v2 import pvtv2_benchmark_peers
+        return pvtv2_benchmark_peers(self, img_size)
 
     @staticmethod
     def _init_module(module: nn.Module) -> None:
@@ -163,8 +223,7 @@ class PyramidVisionTransformerV2(BaseBackbone):
             tokens, hw = stage.patch_embed(x)
             for block in stage.blocks:
                 tokens = self.run_block(block, tokens, hw)
-            tokens = stage.norm(tokens)
-            x = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, *hw)
+            x = tokens_to_map(stage.norm(tokens), hw)
             if i in self.out_indices:
                 outs.append(x)
         return tuple(outs)

@@ -8,12 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, fit_window, merge_windows, norm_mlp,
-                      partition_windows, to_2tuple)
+from ..layers import (AttentionBase, ConvStemEmbed, RefinerMap, Size2, fit_window, from_windows,
+                      norm_mlp, to_2tuple, to_windows)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
-
-Size2 = Tuple[int, int]
 
 
 class RefinerAttention(AttentionBase):
@@ -69,9 +67,9 @@ class RefinerAttention(AttentionBase):
             return self.attend_map(x, prev_map)
         b, n, c = x.shape
         window, shift = fit_window(hw, self.window_size, (0, 0))
-        windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        windows, padded = to_windows(x.view(b, hw[0], hw[1], c), window, shift)
         out, handed_on = self.attend_map(windows, prev_map)
-        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
+        return from_windows(out, window, shift, padded, hw).reshape(b, n, c), handed_on
 
 
 class RefinerBlock(ViTBlock):
@@ -113,8 +111,10 @@ class RefinedViT(PlainViTBase):
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
     optional_keys = frozenset({'mlp_ratio', 'expand_ratio', 'kernel_size', 'conv_stem',
                                'scale_adjustment', 'mlp_layer_scale'})
-
     default_arch = 's'
+    paper_figures = {'s': (25, None), 'm': (55, None), 'l': (81, None)}  # Zhou et al. 2021
+    official_code = ('models.refined_transformer',
+                     {'s': 'Refiner_ViT_S', 'm': 'Refiner_ViT_M', 'l': 'Refiner_ViT_L'})
 
     def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)

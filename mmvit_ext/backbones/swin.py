@@ -4,19 +4,60 @@ Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsam
 of stage i), so the converter only renames the bias table and the final norm.
 """
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (DropPath, Mlp, PatchEmbed, WindowAttention, init_linear_and_norm, known_zero,
-                      linear_drop_path_rates, norm_mlp, resize_pos_embed)
+from ..layers import (DropPath, Mlp, PatchEmbed, Size2, WindowAttention, init_linear_and_norm,
+                      linear_drop_path_rates, norm_mlp, pad_to_multiple, resize_pos_embed,
+                      tokens_to_map)
 from ..registry import MODELS
-from .base import BaseBackbone
-from .vocabulary import ConfigError, to_pair, translate
+from .base import BaseBackbone, ExportLimits
+from .vocabulary import (GELU, LN_EPS, ConfigError, Vocabulary, cfg_check, equals, is_bool,
+                         seq_equals, to_pair, translate)
 
-Size2 = Tuple[int, int]
+
+def _stage_cfgs(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """mmpretrain ``stage_cfgs``: only ``block_cfgs=dict(window_size=...)``, the same for all
+    stages (it becomes ``window_size``)."""
+    stages = value if isinstance(value, Sequence) else [value]
+    windows = set()
+    for stage in stages:
+        blocks = dict(stage or {}).pop('block_cfgs', {}) or {}
+        if set(dict(stage or {})) - {'block_cfgs'} or set(blocks) - {'window_size'}:
+            return 'only stage_cfgs=dict(block_cfgs=dict(window_size=N)), the same for every stage'
+        windows.add(blocks.get('window_size', args['window_size']))
+    if len(windows) > 1:
+        return 'one window_size for every stage'
+    args['window_size'] = windows.pop()
+    return None
+
+
+def _patch_cfg(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """mmpretrain ``patch_cfg``: accepted when it restates our non-overlapping patch embedding."""
+    allowed = dict(kernel_size=args['patch_size'], stride=args['patch_size'], padding=0,
+                   conv_type='Conv2d', norm_cfg=dict(type='LN'), input_size=args['pretrain_img_size'],
+                   in_channels=args.get('in_channels', 3))
+    bad = {k: v for k, v in dict(value or {}).items() if allowed.get(k, object()) != v}
+    return f'only keys restating the patch embedding {allowed}' if bad else None
+
+
+# mmdet / mmseg SwinTransformer and mmpretrain SwinTransformer names
+SWIN_VOCABULARY = Vocabulary(
+    renames={'img_size': 'pretrain_img_size'},
+    arch_args={'embed_dims': 'embed_dims', 'depths': 'depths', 'num_heads': 'num_heads'},
+    checks={
+        'strides': seq_equals(lambda a: (a['patch_size'],) + (2,) * (len(a['_arch']['depths']) - 1),
+                              'patch embedding stride = patch_size, then 2x2 merging'),
+        'act_cfg': GELU,
+        'norm_cfg': cfg_check(['LN'], LN_EPS, eps=1e-5),
+        'convert_weights': is_bool,
+        'interpolate_mode': equals('bicubic', "'bicubic'"),
+        'out_after_downsample': equals(False, 'False (maps are taken before merging)'),
+        'stage_cfgs': _stage_cfgs,
+        'patch_cfg': _patch_cfg,
+    })
 
 
 class SwinBlock(nn.Module):
@@ -54,9 +95,7 @@ class PatchMerging(nn.Module):
     def forward(self, x: torch.Tensor, hw: Size2) -> Tuple[torch.Tensor, Size2]:
         b, _, c = x.shape
         h, w = hw
-        x = x.view(b, h, w, c)
-        if not known_zero((h % 2, w % 2)):  # no size branch under export
-            x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+        x = pad_to_multiple(x.view(b, h, w, c), (2, 2), channels_last=True)
         h2, w2 = x.shape[1] // 2, x.shape[2] // 2
         # (row parity, col parity) order (0,0), (1,0), (0,1), (1,1) as in the official model
         x = x.view(b, h2, 2, w2, 2, c).permute(0, 1, 3, 4, 2, 5).reshape(b, h2 * w2, 4 * c)
@@ -95,13 +134,16 @@ class SwinTransformer(BaseBackbone):
         pad_small_map: on a map shorter than the window, ``False`` shrinks the window to the map
             and drops the shift (official Swin), ``True`` zero-pads the map to the window and
             keeps the shift (mmdet / mmseg Swin, mmpretrain ``pad_small_map=True``). ``None``:
-            ``True`` under mmdet / mmseg names (``embed_dims``, ``depths``, ``strides`` ...),
-            else ``False``.
+            ``True`` for peer mmdet / mmseg, else ``False``.
         out_indices: stages whose maps are returned; stages after the last one are not built.
-            ``None``: all four, or ``(3,)`` with mmpretrain's names (its default).
-        frozen_stages: -1 nothing; k the patch embedding and stages 0..k-1 (mmdet / mmseg).
-            With mmpretrain's names (``img_size``, ``stage_cfgs`` ...) mmpretrain's count:
-            k freezes stages 0..k.
+            ``None``: all four, or ``(3,)`` for peer mmpretrain (its default).
+        frozen_stages: -1 nothing; k the patch embedding and stages 0..k-1 (ours, mmdet /
+            mmseg); for peer mmpretrain its count: k freezes stages 0..k.
+        peer: whose semantics the three settings above follow: ``'mmdet'``, ``'mmseg'``,
+            ``'mmpretrain'``, ``'mmvit_ext'`` (ours), or ``None``: the default scope the
+            config is built in (docs/peer_semantics.md). With peer mmpretrain and
+            ``pad_small_map=False``, maps smaller than the window are refused, as mmpretrain
+            does.
         **peer_args: mmdet / mmseg / mmpretrain names (``embed_dims``, ``depths``,
             ``num_heads``, ``strides``, ``img_size``, ``pretrained``, ``act_cfg`` ...), mapped
             or validated by :mod:`mmvit_ext.backbones.vocabulary`.
@@ -118,7 +160,11 @@ class SwinTransformer(BaseBackbone):
         **dict.fromkeys(['l', 'large', 'swin_l', 'swin_large'],
                         dict(embed_dims=192, depths=(2, 2, 18, 2), num_heads=(6, 12, 24, 48))),
     }
+    default_arch = 'tiny'
     essential_keys = frozenset({'embed_dims', 'depths', 'num_heads'})
+    vocabulary = SWIN_VOCABULARY
+    # Liu et al. 2021, Tab. 1
+    paper_figures = {'tiny': (28, 4.5), 'small': (50, 8.7), 'base': (88, 15.4)}
 
     def __init__(self, arch: Union[str, dict, None] = None,
                  pretrain_img_size: Union[int, Sequence[int]] = 224, in_channels: int = 3,
@@ -128,29 +174,27 @@ class SwinTransformer(BaseBackbone):
                  use_abs_pos_embed: bool = False, patch_norm: bool = True,
                  out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
                  norm_eval: bool = False, with_cp: bool = False, fused_attn: bool = True,
-                 pad_small_map: Optional[bool] = None,
+                 pad_small_map: Optional[bool] = None, peer: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **peer_args: Any) -> None:
-        args, settings = translate('SwinTransformer', self.family, dict(
+        args, settings = translate(type(self), dict(
             arch=arch, pretrain_img_size=pretrain_img_size, window_size=window_size,
-            patch_size=patch_size, init_cfg=init_cfg, pad_small_map=pad_small_map), peer_args,
-            'tiny', self.resolve_arch)
+            patch_size=patch_size, init_cfg=init_cfg, peer=peer), peer_args)
         super().__init__(init_cfg=args['init_cfg'])
         pretrain_img_size, window_size = args['pretrain_img_size'], args['window_size']
-        if args['_dialect'] == 'mmpretrain':  # its frozen_stages=k freezes stages 0..k
+        self.peer = args['peer']
+        if self.peer == 'mmpretrain':  # its frozen_stages=k freezes stages 0..k
             out_indices = (3,) if out_indices is None else out_indices
             frozen_stages = frozen_stages + 1 if frozen_stages >= 0 else frozen_stages
         out_indices = (0, 1, 2, 3) if out_indices is None else out_indices
         # maps shorter than the window: the official Swin shrinks the window (and drops the shift),
-        # mmdet / mmseg pad the map to the window (our default under their names), mmpretrain's
-        # pad_small_map=False refuses them
-        pad_small_map = args['pad_small_map']
+        # mmdet / mmseg pad the map to the window, mmpretrain's pad_small_map=False refuses them
         if pad_small_map is not None and not isinstance(pad_small_map, bool):
             raise ConfigError(f'SwinTransformer: pad_small_map={pad_small_map!r} is not '
                               f'supported; we support True or False')
         if pad_small_map is None:
-            pad_small_map = args['_dialect'] == 'mmdet'
-        self.pad_small_map = bool(pad_small_map)
-        self.refuse_small_maps = args['_dialect'] == 'mmpretrain' and not self.pad_small_map
+            pad_small_map = self.peer in ('mmdet', 'mmseg')
+        self.pad_small_map = pad_small_map
+        self.refuse_small_maps = self.peer == 'mmpretrain' and not self.pad_small_map
         self.arch_settings = settings
         embed_dims, depths, num_heads = (settings['embed_dims'], tuple(settings['depths']),
                                          tuple(settings['num_heads']))
@@ -214,9 +258,51 @@ class SwinTransformer(BaseBackbone):
             if min(hw) < self.window_size:
                 raise ConfigError(f'SwinTransformer: the input shape {hw} at stride {stride} is '
                                   f'smaller than the window size ({self.window_size}), which '
-                                  f'mmpretrain\'s names (img_size ...) refuse; decrease '
-                                  f'window_size, or use our pretrain_img_size to shrink the '
-                                  f'window to the map as the official Swin does')
+                                  f'mmpretrain refuses (peer={self.peer!r}); decrease '
+                                  f'window_size, set pad_small_map=True, or peer=\'mmvit_ext\' '
+                                  f'to shrink the window to the map as the official Swin does')
+
+    # ---- family facts ----------------------------------------------------------------------
+    @classmethod
+    def infer_arch(cls, state_dict: Dict[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
+        """Dims, depths, heads and window read off the stages' first relative-position tables."""
+        stages = sorted({int(k.split('.')[1]) for k in state_dict
+                         if k.startswith('layers.') and k.split('.')[1].isdigit()})
+        tables = [state_dict.get(f'layers.{i}.blocks.0.attn.rel_pos.relative_position_bias_table')
+                  for i in stages]
+        if not stages or any(t is None for t in tables) or 'patch_embed.proj.weight' not in \
+                state_dict:
+            return None
+        depths = [len({k.split('.')[3] for k in state_dict if k.startswith(f'layers.{i}.blocks.')})
+                  for i in stages]
+        return dict(arch=dict(embed_dims=state_dict['patch_embed.proj.weight'].shape[0],
+                              depths=depths, num_heads=[t.shape[1] for t in tables]),
+                    window_size=(math.isqrt(tables[0].shape[0]) + 1) // 2,
+                    use_abs_pos_embed='absolute_pos_embed' in state_dict)
+
+    def export_limits(self) -> ExportLimits:
+        """Shrinking windows (``pad_small_map=False``): the deepest built stage longer than one
+        window keeps the window layout fixed."""
+        limits = super().export_limits()
+        if self.pad_small_map:
+            return limits
+        deepest = self.level_strides[len(self.layers) - 1]
+        return ExportLimits(limits.min_size, deepest * self.window_size + 1)
+
+    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+        from ..converters.swin import swin_benchmark_peers
+        return swin_benchmark_peers(self, img_size)
+
+    def peer_agreement_size(self, peer: str, size: Tuple[int, int]) -> Tuple[int, int]:
+        """mmdet shifts windows even when a map fits in one window (the official classifier and
+        we do not), so it agrees when the last map is larger than the window; timm rolls before
+        it pads, so it agrees when no padding happens (every map a multiple of the window)."""
+        if peer == 'mmdet':
+            deepest = [s // 32 for s in size]
+            ok = all(s % 32 == 0 for s in size) and min(deepest) > self.window_size
+            return size if ok else (256, 256)
+        ok = all(s % (32 * self.window_size) == 0 for s in size)
+        return size if ok else (224, 224)
 
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         last = self.out_indices[-1]
@@ -256,9 +342,7 @@ class SwinTransformer(BaseBackbone):
             for block in stage.blocks:
                 x = self.run_block(block, x, hw)
             if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                grid = out.view(out.shape[0], *hw, out.shape[-1])
-                outs.append(grid.permute(0, 3, 1, 2).contiguous())
+                outs.append(tokens_to_map(getattr(self, f'norm{i}')(x), hw))
             if stage.downsample is not None:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)

@@ -1,27 +1,37 @@
-"""The peers' constructor vocabularies (mmdet / mmseg / mmpretrain) mapped onto ours, in one place.
+"""The mechanism that maps a peer's constructor vocabulary (mmdet / mmseg / mmpretrain) onto ours.
 
 A config written for a peer's ``SwinTransformer``, ``PyramidVisionTransformerV2`` or
-``VisionTransformer`` builds our backbone after changing only ``type``. Each backbone hands the
-keyword arguments that are not its own to :func:`translate`, which reads the family's
-:class:`Vocabulary` (data: peer name -> our argument, peer name -> arch key, the values we
-implement one way only) and returns our arguments. Nothing is silently ignored: a value we cannot
-honour raises one :class:`ConfigError` naming the argument, the value and what we support; a name
-no peer uses raises ``TypeError`` as Python would.
+``VisionTransformer`` builds our backbone after changing only ``type``. Each family states its
+peer names as data, a :class:`Vocabulary` class attribute in its own file; its constructor hands
+the keyword arguments that are not its own to :func:`translate`, which maps them and returns our
+arguments. Nothing is silently ignored: a value we cannot honour raises one :class:`ConfigError`
+naming the argument, the value and what we support; a name no peer uses raises ``TypeError`` as
+Python would.
+
+Where the peers give one name different meanings (Swin's ``frozen_stages`` count, default
+``out_indices``...), the meaning follows :func:`resolve_peer` (docs/peer_semantics.md): the
+``peer`` argument, else the default scope the config runs in; never which names appear.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence,
+                    Tuple)
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .base import BaseBackbone
 
 # a check returns None when the value is one we honour, else a phrase saying what we support
 Check = Callable[[Any, Dict[str, Any]], Optional[str]]
+# explicit peer arch values (our arch keys) and the resolved preset -> the values to use
+ArchHook = Callable[[Dict[str, Any], Dict[str, Any]], Dict[str, Any]]
+
+PEERS = ('mmdet', 'mmseg', 'mmpretrain')  # default scopes whose semantics a family may follow
+OURS = 'mmvit_ext'
 
 
-class ConfigError(ValueError, AssertionError):
-    """A constructor argument we cannot honour. Also an ``AssertionError``: the peers assert on
-    the same mistakes, so code written against them keeps catching it."""
-
-
-def _cfg_check(types: Sequence[str], defaults: Optional[Dict[str, Any]] = None,
-               **fixed: Any) -> Check:
+def cfg_check(types: Sequence[str], defaults: Optional[Dict[str, Any]] = None,
+              **fixed: Any) -> Check:
     """``act_cfg`` / ``norm_cfg``: a dict whose ``type`` is one of ``types`` (case-insensitive)
     and whose other keys, missing ones taking the layer's ``defaults``, equal ``fixed``."""
     wanted = f'dict(type={types[0]!r}' + ''.join(f', {k}={v!r}' for k, v in fixed.items()) + ')'
@@ -37,18 +47,20 @@ def _cfg_check(types: Sequence[str], defaults: Optional[Dict[str, Any]] = None,
     return check
 
 
-def _equals(expected: Any, what: str) -> Check:
+def equals(expected: Any, what: str) -> Check:
+    """The one value we implement; ``what`` says it in the error."""
     def check(value: Any, args: Dict[str, Any]) -> Optional[str]:
         return None if value == expected else what
     return check
 
 
-def _is_bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
-    # convert_weights: official / peer layouts are detected and converted on every load
+def is_bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """``convert_weights``: official / peer layouts are detected and converted on every load."""
     return None if isinstance(value, bool) else 'True or False (layouts are auto-detected)'
 
 
-def _seq_equals(build: Callable[[Dict[str, Any]], Tuple[int, ...]], what: str) -> Check:
+def seq_equals(build: Callable[[Dict[str, Any]], Tuple[int, ...]], what: str) -> Check:
+    """A sequence equal to ``build(args)`` (a shorter prefix is refused too)."""
     def check(value: Any, args: Dict[str, Any]) -> Optional[str]:
         expected = build(args)
         got = tuple(value) if isinstance(value, Sequence) else (value,)
@@ -57,33 +69,16 @@ def _seq_equals(build: Callable[[Dict[str, Any]], Tuple[int, ...]], what: str) -
     return check
 
 
-def _swin_stage_cfgs(value: Any, args: Dict[str, Any]) -> Optional[str]:
-    """mmpretrain ``stage_cfgs``: only ``block_cfgs=dict(window_size=...)``, the same for all
-    stages (it becomes ``window_size``)."""
-    stages = value if isinstance(value, Sequence) else [value]
-    windows = set()
-    for stage in stages:
-        blocks = dict(stage or {}).pop('block_cfgs', {}) or {}
-        if set(dict(stage or {})) - {'block_cfgs'} or set(blocks) - {'window_size'}:
-            return 'only stage_cfgs=dict(block_cfgs=dict(window_size=N)), the same for every stage'
-        windows.add(blocks.get('window_size', args['window_size']))
-    if len(windows) > 1:
-        return 'one window_size for every stage'
-    args['window_size'] = windows.pop()
-    return None
+def pair_check(value: Any, args: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """An image size: an int or an (H, W) pair."""
+    if isinstance(value, int) or (isinstance(value, Sequence) and len(value) in (1, 2)
+                                  and all(isinstance(v, int) for v in value)):
+        return None
+    return 'an int or an (H, W) pair'
 
 
-def _swin_patch_cfg(value: Any, args: Dict[str, Any]) -> Optional[str]:
-    """mmpretrain ``patch_cfg``: accepted when it restates our non-overlapping patch embedding."""
-    allowed = dict(kernel_size=args['patch_size'], stride=args['patch_size'], padding=0,
-                   conv_type='Conv2d', norm_cfg=dict(type='LN'), input_size=args['pretrain_img_size'],
-                   in_channels=args.get('in_channels', 3))
-    bad = {k: v for k, v in dict(value or {}).items() if allowed.get(k, object()) != v}
-    return f'only keys restating the patch embedding {allowed}' if bad else None
-
-
-def _swin_strides(args: Dict[str, Any]) -> Tuple[int, ...]:
-    return (args['patch_size'],) + (2,) * (len(args['_arch']['depths']) - 1)
+GELU = cfg_check(['GELU'])
+LN_EPS = dict(eps=1e-5)  # nn.LayerNorm's default, as the peers build LN
 
 
 @dataclass(frozen=True)
@@ -95,14 +90,14 @@ class Vocabulary:
         arch_args: peer name -> key of our ``arch`` dict (``embed_dims``, ``depths`` ...).
         checks: peer names we implement one way only -> check of the value; accepted values
             change nothing (they restate what we do) unless the check sets an argument.
-        dialects: dialect -> names only that peer uses (mmpretrain's Swin counts
-            ``frozen_stages`` differently and returns only the last stage by default).
+        adapt_arch: peer arch values whose meaning differs from our arch keys, rewritten
+            (e.g. mmdet PVT's ``embed_dims`` is a base width, times ``num_heads`` per stage).
     """
 
     renames: Mapping[str, str] = field(default_factory=dict)
     arch_args: Mapping[str, str] = field(default_factory=dict)
     checks: Mapping[str, Check] = field(default_factory=dict)
-    dialects: Mapping[str, FrozenSet[str]] = field(default_factory=dict)
+    adapt_arch: Optional[ArchHook] = None
 
     @property
     def names(self) -> FrozenSet[str]:
@@ -110,91 +105,29 @@ class Vocabulary:
             | frozenset({'pretrained'})
 
 
-GELU = _cfg_check(['GELU'])
-LN_EPS = dict(eps=1e-5)  # nn.LayerNorm's default, as the peers build LN
-VOCABULARIES: Dict[str, Vocabulary] = {
-    # mmdet / mmseg SwinTransformer, mmpretrain SwinTransformer
-    'swin': Vocabulary(
-        renames={'img_size': 'pretrain_img_size'},
-        arch_args={'embed_dims': 'embed_dims', 'depths': 'depths', 'num_heads': 'num_heads'},
-        checks={
-            'strides': _seq_equals(_swin_strides, 'patch embedding stride = patch_size, then '
-                                                  '2x2 merging'),
-            'act_cfg': GELU,
-            'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-5),
-            'convert_weights': _is_bool,
-            'interpolate_mode': _equals('bicubic', "'bicubic'"),
-            'out_after_downsample': _equals(False, 'False (maps are taken before merging)'),
-            'stage_cfgs': _swin_stage_cfgs,
-            'patch_cfg': _swin_patch_cfg,
-        },
-        # mmpretrain first: its names win where a config mixes them
-        dialects={'mmpretrain': frozenset({'img_size', 'stage_cfgs', 'patch_cfg', 'out_after_downsample',
-                                           'interpolate_mode'}),
-                  'mmdet': frozenset({'embed_dims', 'depths', 'num_heads', 'strides',
-                                      'convert_weights', 'act_cfg', 'pretrained'})}),
-    # mmdet PyramidVisionTransformerV2 (its PVT v1 options only with their v2 values)
-    'pvtv2': Vocabulary(
-        arch_args={'embed_dims': 'embed_dims', 'num_layers': 'depths', 'num_heads': 'num_heads',
-                   'mlp_ratios': 'mlp_ratios', 'sr_ratios': 'sr_ratios'},
-        checks={
-            'pretrain_img_size': lambda v, a: _pair_check(v),  # only sizes a pos-embed (none)
-            'num_stages': lambda v, a: None if v == len(a['_arch']['depths']) else
-            f"len(num_layers) = {len(a['_arch']['depths'])}",
-            'patch_sizes': _seq_equals(lambda a: (7, 3, 3, 3), 'PVTv2 overlapping embedding'),
-            'strides': _seq_equals(lambda a: (4, 2, 2, 2), 'PVTv2 overlapping embedding'),
-            'paddings': _seq_equals(lambda a: (3, 1, 1, 1), 'PVTv2 overlapping embedding'),
-            'use_abs_pos_embed': _equals(False, 'False (PVTv2 has no absolute position '
-                                                'embedding)'),
-            'norm_after_stage': _equals(True, 'True (PVTv2 normalises after every stage)'),
-            'use_conv_ffn': _equals(True, 'True (PVTv2 conv FFN)'),
-            'act_cfg': GELU,
-            'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-6),
-            'convert_weights': _is_bool,
-        }),
-}
-
-# mmseg VisionTransformer names for the plain-ViT families (DeepViT, CaiT, Refined-ViT)
-_MMSEG_VIT_ARCH = {'embed_dims': 'embed_dims', 'num_layers': 'depth', 'num_heads': 'num_heads',
-                   'mlp_ratio': 'mlp_ratio'}
-_MMSEG_VIT_CHECKS: Dict[str, Check] = {
-    'patch_size': _equals(16, '16 (the pretrained patch size)'),
-    'qkv_bias': _equals(True, 'True'),
-    'with_cls_token': lambda v, a: None if isinstance(v, bool) else 'True or False',
-    'output_cls_token': _equals(False, "False (out_type='cls_token' returns the class token)"),
-    'final_norm': lambda v, a: None if isinstance(v, bool) else 'True or False',
-    'act_cfg': GELU,
-    'norm_cfg': _cfg_check(['LN'], LN_EPS, eps=1e-6),
-    'patch_norm': _equals(False, 'False'),
-    'patch_bias': _equals(True, 'True (the official patch embedding has a bias)'),
-    'patch_pad': _equals('corner', "'corner' (bottom / right zero padding)"),
-    'pre_norm': _equals(False, 'False'),
-    'num_fcs': _equals(2, '2'),
-    'out_origin': _equals(False, 'False'),
-    'interpolate_mode': _equals('bicubic', "'bicubic'"),
-    'frozen_exclude': _equals(['all'], "['all'] (freeze with frozen_stages)"),
-}
-# with any of these names, mmseg's defaults apply (see PlainViTBase)
-_MMSEG_VIT = Vocabulary(arch_args=_MMSEG_VIT_ARCH, checks=_MMSEG_VIT_CHECKS,
-                        dialects={'mmseg': frozenset(_MMSEG_VIT_ARCH) | frozenset(_MMSEG_VIT_CHECKS)})
-VOCABULARIES.update(deepvit=_MMSEG_VIT, cait=_MMSEG_VIT, refiner=_MMSEG_VIT)
-
-
-def _pair_check(value: Any) -> Optional[str]:
-    if isinstance(value, int) or (isinstance(value, Sequence) and len(value) in (1, 2)
-                                  and all(isinstance(v, int) for v in value)):
-        return None
-    return 'an int or an (H, W) pair'
-
-
 def to_pair(name: str, owner: str, value: Any) -> Tuple[int, int]:
     """``224``, ``(224,)`` or ``(224, 224)`` -> (H, W); anything else is a :class:`ConfigError`."""
-    if _pair_check(value) is not None:
+    if pair_check(value) is not None:
         raise ConfigError(f'{owner}: {name}={value!r} is not supported; use an int or an (H, W) '
                           f'pair')
     if isinstance(value, int):
         return value, value
     return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def resolve_peer(owner: str, peer: Optional[str]) -> str:
+    """Whose semantics apply where the peers disagree: ``peer`` when given, else the name of
+    the mmengine default scope active at build time (the config's ``default_scope``, or the
+    ``_scope_`` of a peer's base config) when it is one of :data:`PEERS`, else ours."""
+    if peer is None:
+        from mmengine.registry import DefaultScope
+        scope = DefaultScope.get_current_instance()
+        name = scope.scope_name if scope is not None else None
+        return name if name in PEERS else OURS
+    if peer not in PEERS + (OURS,):
+        raise ConfigError(f'{owner}: peer={peer!r} is not supported; use one of '
+                          f'{PEERS + (OURS,)} or None (the default scope decides)')
+    return peer
 
 
 def pretrained_to_init_cfg(owner: str, pretrained: Any, init_cfg: Any) -> Any:
@@ -219,41 +152,39 @@ def normalise_init_cfg(init_cfg: Any) -> Any:
     return init_cfg
 
 
-def detect_dialect(vocab: Vocabulary, owner: str, peer_args: Mapping[str, Any]) -> Optional[str]:
-    """The peer whose own names appear in ``peer_args`` (``None``: ours / mmdet / mmseg)."""
-    found = [d for d, names in vocab.dialects.items() if names & set(peer_args)]
-    return found[0] if found else None
+def _as_tuples(values: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in values.items()}
 
 
-def translate(owner: str, family: str, args: Dict[str, Any], peer_args: Mapping[str, Any],
-              arch_zoo_default: str, resolve_arch: Callable[[Any], Dict[str, Any]]
+def translate(cls: 'type[BaseBackbone]', args: Dict[str, Any], peer_args: Mapping[str, Any]
               ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """Map ``peer_args`` onto our constructor ``args`` (edited copy) and resolve ``arch``.
+    """Map ``peer_args`` onto our constructor ``args`` (edited copy) of family ``cls`` and
+    resolve ``arch`` and ``peer``.
 
-    ``args['arch'] is None`` means the family default; explicit dims (``embed_dims``, ``depths``
-    ...) then override it, as the peers' defaults do. With an explicit ``arch`` they must agree.
-    Returns ``(args, arch_settings)``.
+    ``args['arch'] is None`` means ``cls.default_arch``; explicit dims (``embed_dims``,
+    ``depths`` ...) then override it, as the peers' defaults do. With an explicit ``arch`` they
+    must agree. Returns ``(args, arch_settings)``; ``args['peer']`` is resolved.
     """
-    vocab = VOCABULARIES.get(family, Vocabulary())
+    owner, vocab = cls.__name__, cls.vocabulary
     unknown = sorted(set(peer_args) - vocab.names)
     if unknown:
         raise TypeError(f'{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}; '
                         f'peer (mmdet / mmseg / mmpretrain) names we accept: '
                         f'{sorted(vocab.names)}')
     args = dict(args)
+    args['peer'] = resolve_peer(owner, args.get('peer'))
     args['init_cfg'] = normalise_init_cfg(
         pretrained_to_init_cfg(owner, peer_args.get('pretrained'), args.get('init_cfg')))
     for peer, ours in vocab.renames.items():
         if peer in peer_args:
             args[ours] = peer_args[peer]
     explicit = {vocab.arch_args[k]: v for k, v in peer_args.items() if k in vocab.arch_args}
-    settings = resolve_arch(arch_zoo_default if args['arch'] is None else args['arch'])
-    if family == 'pvtv2' and 'embed_dims' in explicit and isinstance(explicit['embed_dims'], int):
-        heads = explicit.get('num_heads', settings['num_heads'])  # mmdet: dims = base x heads
-        explicit['embed_dims'] = tuple(explicit['embed_dims'] * h for h in heads)
-    explicit = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in explicit.items()}
+    settings = cls.resolve_arch(cls.default_arch if args['arch'] is None else args['arch'])
+    if vocab.adapt_arch is not None:
+        explicit = vocab.adapt_arch(explicit, settings)
+    explicit = _as_tuples(explicit)
     if args['arch'] is not None:
-        preset = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in settings.items()}
+        preset = _as_tuples(settings)
         clash = {k: v for k, v in explicit.items() if preset.get(k) != v}
         if clash:
             k = sorted(clash)[0]
@@ -268,5 +199,9 @@ def translate(owner: str, family: str, args: Dict[str, Any], peer_args: Mapping[
             if problem is not None:
                 raise ConfigError(f'{owner}: {name}={peer_args[name]!r} is not supported; we '
                                   f'support {problem}')
-    args['_dialect'] = detect_dialect(vocab, owner, peer_args)
     return args, settings
+
+
+__all__ = ['Vocabulary', 'ConfigError', 'Check', 'PEERS', 'OURS', 'translate', 'resolve_peer',
+           'to_pair', 'pair_check', 'cfg_check', 'equals', 'is_bool', 'seq_equals', 'GELU',
+           'LN_EPS', 'pretrained_to_init_cfg', 'normalise_init_cfg']

@@ -4,25 +4,13 @@ from typing import Dict, Tuple
 import torch
 from torch import nn
 
-from ..backbones import SwinTransformer
 from .peers import build_peers
 
 
 def agreement_size(ours: nn.Module, peer: str, size: Tuple[int, int]) -> Tuple[int, int]:
-    """The timed size when the peer's semantics coincide with ours there, else a probe size.
-
-    Swin: mmdet shifts windows even when a map fits in one window (the official classifier and
-    we do not), so it agrees when the last map is larger than the window; timm rolls before it
-    pads, so it agrees when no padding happens (every map a multiple of the window).
-    """
-    if not isinstance(ours, SwinTransformer):
-        return size
-    grid = [(size[0] // 2 ** (i + 2), size[1] // 2 ** (i + 2)) for i in range(4)]
-    if peer == 'mmdet':
-        ok = all(s % 32 == 0 for s in size) and min(grid[-1]) > ours.window_size
-        return size if ok else (256, 256)
-    ok = all(s % (32 * ours.window_size) == 0 for s in size)
-    return size if ok else (224, 224)
+    """The timed size when the peer's semantics coincide with ours there, else a probe size
+    (the family's ``peer_agreement_size``)."""
+    return ours.peer_agreement_size(peer, size)
 
 
 @torch.no_grad()

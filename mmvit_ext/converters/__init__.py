@@ -12,25 +12,20 @@ from .io import (CheckpointError, hub_cache_path, is_url, read_checkpoint, resol
 from .layouts import LAYOUTS, Layout, detect_layout, detect_layouts, register_layout
 from .loading import (LoadReport, convert_for_model, load_pretrained, partial_loading,
                       prepare_state_dict)
-from .plain_vit import (convert_official_cait, convert_official_deepvit,
-                        convert_official_refiner, export_official_cait, export_official_deepvit,
-                        export_official_refiner)
-from .pvt_v2 import (convert_hf_pvtv2, convert_mmdet_pvtv2, convert_official_pvtv2,
-                     convert_timm_pvtv2, export_official_pvtv2)
-from .swin import (convert_hf_swin, convert_official_swin, convert_openmmlab_swin,
-                   convert_timm_swin, export_official_swin)
-
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f'{__name__}.{_module.name}')
+# every family's converters (``convert_*``: a layout -> ours; ``export_official_*``: ours ->
+# official), importable from here without this file naming the families
+_FAMILY_FUNCTIONS = {}
+for _info in pkgutil.iter_modules(__path__):
+    _module = importlib.import_module(f'{__name__}.{_info.name}')
+    _FAMILY_FUNCTIONS.update({name: value for name, value in vars(_module).items()
+                              if name.startswith(('convert_', 'export_official_'))
+                              and getattr(value, '__module__', None) == _module.__name__
+                              and name not in globals()})
+globals().update(_FAMILY_FUNCTIONS)
 
 __all__ = [
     'CheckpointError', 'read_checkpoint', 'save_state_dict', 'unwrap_state_dict', 'is_url',
     'hub_cache_path', 'resolve_checkpoint', 'LAYOUTS', 'Layout', 'detect_layout',
     'detect_layouts', 'register_layout', 'LoadReport', 'convert_for_model', 'load_pretrained',
-    'partial_loading', 'prepare_state_dict', 'convert_timm_swin', 'convert_openmmlab_swin',
-    'convert_hf_swin', 'convert_timm_pvtv2', 'convert_mmdet_pvtv2', 'convert_hf_pvtv2',
-    'convert_official_swin', 'convert_official_pvtv2',
-    'export_official_swin', 'export_official_pvtv2', 'convert_official_cait',
-    'convert_official_deepvit', 'convert_official_refiner', 'export_official_cait',
-    'export_official_deepvit', 'export_official_refiner',
+    'partial_loading', 'prepare_state_dict', *sorted(_FAMILY_FUNCTIONS),
 ]

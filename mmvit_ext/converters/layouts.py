@@ -8,7 +8,7 @@ timm Swin, which differ in where the patch merging sits).
 """
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -76,3 +76,23 @@ def rename_keys(state_dict: StateDict, rules, drop: Callable[[str], bool] = lamb
 def has_key(state_dict: StateDict, pattern: str) -> bool:
     regex = re.compile(pattern)
     return any(regex.search(k) for k in state_dict)
+
+
+def strip_model_prefix(state_dict: StateDict, prefix: str) -> StateDict:
+    """``SwinForImageClassification`` / ``PvtV2ForImageClassification`` nest the model under
+    ``swin.`` / ``pvt_v2.``; the classifier is dropped."""
+    if not any(k.startswith(prefix) for k in state_dict):
+        return state_dict
+    return {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+
+
+def merge_qkv(state_dict: StateDict, parts: Sequence[str], merged: str) -> StateDict:
+    """Concatenate separate projections (``parts``: key infixes in order) into one ``merged``."""
+    out = {}
+    for key, value in state_dict.items():
+        if parts[0] in key:
+            out[key.replace(parts[0], merged)] = torch.cat(
+                [state_dict[key.replace(parts[0], part)] for part in parts], dim=0)
+        elif not any(part in key for part in parts[1:]):
+            out[key] = value
+    return out

@@ -13,11 +13,11 @@ def build_from_config(config: Union[str, Path], checkpoint: Optional[str] = None
     from mmengine.config import Config
     from mmengine.logging import MMLogger
 
-    from ..utils.config_checks import build_task_model
+    from ..utils.build import build_model
     cfg = Config.fromfile(str(config))
     if overrides:
         cfg.merge_from_dict(overrides)
-    model, _ = build_task_model(cfg)
+    model = build_model(cfg, pretrained=False)
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.ERROR)  # init_weights logs every parameter

@@ -12,7 +12,7 @@ a size as taken at the example, freezing the graph to it. The CPU kernels of
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -84,21 +84,15 @@ def export_root(model: nn.Module, part: str) -> nn.Module:
 
 
 def min_dynamic_size(root: nn.Module, fixed_windows: bool = True) -> int:
-    """Smallest image side a dynamic graph of ``root`` serves: the deepest map (and a
-    detector's deepest prior level, RetinaNet: stride 128) at least 2 pixels, since torch
-    specialises size-1 dims. ``fixed_windows``: also keep the window layout fixed where windows
-    shrink to fit small maps (official Swin, windowed plain ViTs): the deepest windowed map
-    longer than one window. Below that the window fitting becomes graph arithmetic too; the
+    """Smallest image side a dynamic graph of ``root`` serves: the backbone's
+    ``export_limits().min_size`` (its deepest map at least 2 pixels, since torch specialises
+    size-1 dims) and a detector's deepest prior level (RetinaNet: stride 128) at least 2 pixels.
+    ``fixed_windows``: also keep the window layout fixed where windows shrink to fit small maps
+    (``fixed_window_size``). Below that the window fitting becomes graph arithmetic too; the
     graph is still exact but its export is slower (Swin test arch from 64 px: 41 s, not 25 s)."""
     backbone = root.backbone if isinstance(root, BackboneOutputs) else root.model.backbone
-    strides = list(getattr(backbone, 'level_strides', None) or backbone.strides)
-    low = 2 * max(strides + list(backbone.strides))
-    window = getattr(backbone, 'window_size', None)
-    if fixed_windows and isinstance(window, (int, tuple)) and window and \
-            not getattr(backbone, 'pad_small_map', False):
-        layers = getattr(backbone, 'layers', None)  # Swin: the deepest built stage
-        deepest = strides[len(layers) - 1] if layers is not None else max(strides)
-        low = max(low, deepest * max(np.atleast_1d(window)) + 1)
+    limits = backbone.export_limits()
+    low = max(limits.min_size, limits.fixed_window_size if fixed_windows else 0)
     prior = getattr(getattr(getattr(root, 'model', None), 'bbox_head', None),
                     'prior_generator', None)
     if prior is not None:

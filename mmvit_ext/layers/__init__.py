@@ -14,19 +14,20 @@ from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_p
 from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_matrix,
                        resize_grid)
 from .sra import SpatialReductionAttention
-from .utils import known_equal, known_zero, to_2tuple
-from .window import (WindowAttention, fit_window, merge_windows, pad_to_windows,
-                     partition_windows, shifted_window_mask, window_partition, window_reverse)
+from .shapes import Size2, map_to_tokens, pad_to_multiple, to_2tuple, tokens_to_map
+from .utils import known_equal, known_zero
+from .window import (WindowAttention, fit_window, from_windows, shifted_window_mask, to_windows,
+                     window_partition, window_reverse)
 
 __all__ = [
     'Attention', 'AttentionBase', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
     'scaled_dot_product_attention', 'explicit_attention', 'ReAttention', 'RefinerMap',
-    'TalkingHeads', 'WindowAttention', 'fit_window', 'partition_windows', 'merge_windows',
-    'pad_to_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',
+    'TalkingHeads', 'WindowAttention', 'fit_window', 'to_windows', 'from_windows',
+    'shifted_window_mask', 'window_partition', 'window_reverse',
     'RelativePositionBias', 'relative_position_index', 'resize_rel_pos_table',
     'SpatialReductionAttention', 'Mlp', 'ConvMlp', 'norm_mlp', 'PatchEmbed', 'ConvStemEmbed',
     'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
-    'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'to_2tuple', 'known_zero',
-    'known_equal',
+    'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'known_zero', 'known_equal',
+    'Size2', 'to_2tuple', 'tokens_to_map', 'map_to_tokens', 'pad_to_multiple',
 ]

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import handle_torch_function, has_torch_function_unary
 
+from .shapes import map_to_tokens, tokens_to_map
+
 
 class Mlp(nn.Module):
     """fc1 -> act -> drop -> fc2 -> drop on (..., C) tokens."""
@@ -50,9 +52,7 @@ class ConvMlp(nn.Module):
         x = self.fc1(x)
         if self.linear:
             x = F.relu(x, inplace=True)  # fc1 keeps its input, not its output, for backward
-        b, n, c = x.shape
-        grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
-        x = self.act(self.dwconv(grid).flatten(2).transpose(1, 2))
+        x = self.act(map_to_tokens(self.dwconv(tokens_to_map(x, hw))))
         return self.drop(self.fc2(self.drop(x)))
 
 

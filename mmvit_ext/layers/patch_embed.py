@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .utils import known_zero, to_2tuple
+from .shapes import map_to_tokens, pad_to_multiple, to_2tuple
 
 
 class PatchEmbed(nn.Module):
@@ -36,13 +36,10 @@ class PatchEmbed(nn.Module):
             raise ValueError(f'{type(self).__name__} expects input of shape (B, {self.in_channels}, H, W), '
                              f'got {tuple(x.shape)}')
         if not self.overlapping:
-            pad_h = -x.shape[2] % self.stride[0]
-            pad_w = -x.shape[3] % self.stride[1]
-            if not known_zero((pad_h, pad_w)):
-                x = F.pad(x, (0, pad_w, 0, pad_h))
+            x = pad_to_multiple(x, self.stride)
         x = self.proj(x)
         hw = (x.shape[2], x.shape[3])
-        return self.norm(x.flatten(2).transpose(1, 2)), hw
+        return self.norm(map_to_tokens(x)), hw
 
 
 class ConvStemEmbed(nn.Module):
@@ -73,11 +70,8 @@ class ConvStemEmbed(nn.Module):
         self.proj = nn.Conv2d(prev, embed_dims, patch_size // 2, stride=patch_size // 2)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        pad_h = -x.shape[2] % self.patch_size[0]
-        pad_w = -x.shape[3] % self.patch_size[1]
-        if not known_zero((pad_h, pad_w)):
-            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = pad_to_multiple(x, self.patch_size)
         for i in range(1, self.num_convs + 1):
             x = F.relu(getattr(self, f'bn{i}')(getattr(self, f'conv{i}')(x)))
         x = self.proj(x)
-        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])
+        return map_to_tokens(x), (x.shape[2], x.shape[3])

@@ -4,6 +4,7 @@ from typing import Tuple
 import torch
 
 from .resample import resize_grid
+from .shapes import map_to_tokens, tokens_to_map
 from .utils import known_equal
 
 
@@ -17,8 +18,6 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int], dst_hw: T
     if grid.shape[1] != src_hw[0] * src_hw[1]:
         raise ValueError(f'position embedding has {grid.shape[1]} grid tokens, expected '
                          f'{src_hw[0]}x{src_hw[1]}')
-    c = grid.shape[-1]
-    grid = grid.reshape(1, src_hw[0], src_hw[1], c).permute(0, 3, 1, 2).float()
-    grid = resize_grid(grid, tuple(dst_hw), mode)
-    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, c).to(pos_embed.dtype)
+    grid = resize_grid(tokens_to_map(grid, src_hw).float(), tuple(dst_hw), mode)
+    grid = map_to_tokens(grid).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)

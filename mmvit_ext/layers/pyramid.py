@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .shapes import pad_to_multiple
+
 PYRAMID_SCALES = (4.0, 2.0, 1.0, 0.5)
 
 
@@ -24,7 +26,7 @@ class CeilMaxPool2x2(nn.Module):
     would be frozen to the example's parity)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.pad(x, (0, x.shape[-1] % 2, 0, x.shape[-2] % 2), value=float('-inf'))
+        x = pad_to_multiple(x, (2, 2), value=float('-inf'))
         b, c, h, w = x.shape
         return x.view(b, c, h // 2, 2, w // 2, 2).amax(dim=(3, 5))
 

@@ -5,9 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .shapes import Size2
 from .utils import known_equal
-
-Size2 = Tuple[int, int]
 
 
 def relative_position_index(window_size: Size2, table_window: Optional[Size2] = None,

@@ -6,6 +6,7 @@ from torch import nn
 
 from .attention import AttentionBase, MapTransform
 from .resample import adaptive_avg_pool2d
+from .shapes import map_to_tokens, tokens_to_map
 
 
 class SpatialReductionAttention(AttentionBase):
@@ -39,12 +40,11 @@ class SpatialReductionAttention(AttentionBase):
         """Tokens (B, N, C) -> reduced tokens (B, M, C) for keys and values."""
         if not self.linear and self.sr_ratio == 1:
             return x
-        b, n, c = x.shape
-        grid = x.transpose(1, 2).reshape(b, c, hw[0], hw[1])
+        grid = tokens_to_map(x, hw)
         if self.linear:
             pooled = adaptive_avg_pool2d(grid, self.pool_size)
-            return self.act(self.norm(self.sr(pooled).flatten(2).transpose(1, 2)))
-        return self.norm(self.sr(grid).flatten(2).transpose(1, 2))
+            return self.act(self.norm(map_to_tokens(self.sr(pooled))))
+        return self.norm(map_to_tokens(self.sr(grid)))
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
         b, n, c = x.shape

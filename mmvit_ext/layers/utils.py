@@ -1,18 +1,9 @@
-"""Small helpers shared by the layers."""
-from typing import Sequence, Tuple, Union
+"""Size conditions that hold for every input (symbolic sizes included); shapes and pads are
+in :mod:`.shapes`."""
+from typing import Sequence, Union
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-
-def to_2tuple(value: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
-    """``7 -> (7, 7)``; a pair is returned as a tuple."""
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f'expected an int or a pair, got {value}')
-    return value  # type: ignore[return-value]
 
 
 def known_true(condition: Union[bool, torch.SymBool, torch.Tensor]) -> bool:

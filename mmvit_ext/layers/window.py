@@ -12,9 +12,8 @@ import torch.nn.functional as F
 
 from .attention import Attention, MapTransform
 from .rel_pos import RelativePositionBias
-from .utils import known_equal, known_true, known_zero, to_2tuple
-
-Size2 = Tuple[int, int]
+from .shapes import Size2, pad_to_multiple, to_2tuple
+from .utils import known_equal, known_true, known_zero
 
 
 def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2, Size2]:
@@ -34,15 +33,6 @@ def fit_window(hw: Size2, window_size: Size2, shift_size: Size2) -> Tuple[Size2,
             shift.append(torch.sym_min(offset, offset * torch.sym_max(0, side - size))
                          if offset else 0)
     return tuple(window), tuple(shift)
-
-
-def pad_to_windows(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
-    """Zero-pad (B, H, W, C) on the bottom/right to multiples of the window."""
-    pad_h = -x.shape[1] % window_size[0]
-    pad_w = -x.shape[2] % window_size[1]
-    if not known_zero((pad_h, pad_w)):
-        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    return x
 
 
 def window_partition(x: torch.Tensor, window_size: Size2) -> torch.Tensor:
@@ -103,19 +93,19 @@ def roll(x: torch.Tensor, shifts: Sequence, dims: Sequence[int]) -> torch.Tensor
     return x
 
 
-def partition_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
+def to_windows(grid: torch.Tensor, window_size: Size2, shift_size: Size2
                       ) -> Tuple[torch.Tensor, Size2]:
     """(B, H, W, C) -> zero-padded, cyclically shifted windows (B, num_windows, N, C) and the
     padded size."""
-    grid = pad_to_windows(grid, window_size)
+    grid = pad_to_multiple(grid, window_size, channels_last=True)
     if not known_zero(shift_size):
         grid = roll(grid, (-shift_size[0], -shift_size[1]), (1, 2))
     return window_partition(grid, window_size), (grid.shape[1], grid.shape[2])
 
 
-def merge_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, padded: Size2,
+def from_windows(windows: torch.Tensor, window_size: Size2, shift_size: Size2, padded: Size2,
                   hw: Size2) -> torch.Tensor:
-    """Inverse of :func:`partition_windows` on the valid tokens: -> (B, H, W, C)."""
+    """Inverse of :func:`to_windows` on the valid tokens: -> (B, H, W, C)."""
     grid = window_reverse(windows, window_size, *padded)
     if not known_zero(shift_size):
         grid = roll(grid, shift_size, (1, 2))
@@ -169,10 +159,10 @@ class WindowAttention(Attention):
         b, n, c = x.shape
         window, shift = ((self.window_size, self.shift_size) if self.pad_small_map
                          else fit_window(hw, self.window_size, self.shift_size))
-        windows, padded = partition_windows(x.view(b, hw[0], hw[1], c), window, shift)
+        windows, padded = to_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
         if not known_zero(shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
             bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
         out = super().forward(windows, attn_bias=bias)
-        return merge_windows(out, window, shift, padded, hw).reshape(b, n, c)
+        return from_windows(out, window, shift, padded, hw).reshape(b, n, c)

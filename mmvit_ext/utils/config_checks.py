@@ -6,10 +6,6 @@ import torch
 from mmengine.config import Config
 
 
-class ConfigError(ValueError):
-    """A config that cannot run, with the setting and the fix named."""
-
-
 def _walk(node: Any, path: str = '') -> Iterator[Tuple[str, Any]]:
     if isinstance(node, dict):
         for key, value in node.items():
@@ -129,27 +125,3 @@ def load_run_config(config: str, cfg_options: Optional[dict], launcher: str,
     cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(config))[0])
     return cfg
-
-
-def task_scope(cfg: Config) -> str:
-    """The downstream registry scope a model config belongs to: mmpretrain (an ImageClassifier),
-    mmseg (a decode head) or mmdet."""
-    if cfg.model.get('type') == 'ImageClassifier':
-        return 'mmpretrain'
-    return 'mmseg' if 'decode_head' in cfg.model else 'mmdet'
-
-
-def build_task_model(cfg: Config) -> Tuple[torch.nn.Module, str]:
-    """The config's model, built in its task's registry scope (:func:`task_scope`) with the
-    backbone's own ``init_cfg`` (a pretrained file) left out; returns it and the scope."""
-    import importlib
-
-    from mmengine.registry import DefaultScope
-    scope = task_scope(cfg)
-    importlib.import_module('mmvit_ext')
-    importlib.import_module(f'{scope}.models')
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    if 'backbone' in cfg.model:
-        cfg.model.backbone.init_cfg = None
-    with DefaultScope.overwrite_default_scope(scope):
-        return registry.build(cfg.model), scope

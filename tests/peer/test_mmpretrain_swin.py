@@ -1,4 +1,5 @@
 # Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/test_swin_transformer.py
+# Added: a fixture that builds in mmpretrain's default scope, as its configs run.
 # Imports changed: our SwinTransformer replaces mmpretrain's, our resize_pos_embed replaces
 # mmpretrain's test helper timm_resize_pos_embed (a bicubic resize of a token grid).
 # Left out (assertions on mmpretrain's internal classes and attribute names):
@@ -23,11 +24,20 @@ from unittest import TestCase
 
 import pytest
 import torch
+from mmengine.registry import DefaultScope
 from mmengine.runner import load_checkpoint, save_checkpoint
 from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 
 from mmvit_ext.backbones import SwinTransformer
 from mmvit_ext.layers import resize_pos_embed
+
+
+@pytest.fixture(autouse=True)
+def _mmpretrain_scope():
+    """Built in mmpretrain's default scope, as its configs run: ours then follows mmpretrain's
+    semantics where the peers differ (docs/peer_semantics.md)."""
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        yield
 
 
 def timm_resize_pos_embed(pos_embed, target, num_tokens=0):

@@ -24,12 +24,13 @@ import torch
 from torch import nn
 
 import mmvit_ext  # noqa: F401
-from mmvit_ext.benchmark import build_peers, check_peers, count_flops, matmul_peak
+from mmvit_ext.benchmark import (build_peers, check_peers, count_flops, matmul_peak,
+                                 peer_families)
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
 from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
-from mmvit_ext.utils import retain_freed_memory
+from mmvit_ext.utils import build_model, retain_freed_memory
 
 
 
@@ -45,7 +46,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--modes', nargs='+', choices=('fwd', 'fwdbwd'), default=['fwd', 'fwdbwd'])
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--repeat', type=int, default=5)
-    parser.add_argument('--compare', action='store_true', help='also run mmdet and timm')
+    parser.add_argument('--compare', action='store_true',
+                        help='also run the peer implementations (mmdet, timm) of families that '
+                             f'have them: {", ".join(peer_families())}')
     parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
                         help='backbone arguments (Python literals), e.g. window_size=None')
     parser.add_argument('--eval', action='store_true',
@@ -94,14 +97,9 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
             models.update(peers)
         return models
     from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmdet.registry import MODELS as DET
-    import mmdet.models  # noqa: F401
     cfg = Config.fromfile(args.config)
-    cfg.model.backbone.init_cfg = None
     cfg.model.backbone.drop_path_rate = 0.0
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        detector = DET.build(cfg.model)
+    detector = build_model(cfg, pretrained=False)
     detector.init_weights()
     models = {'ours': DetectorTrainStep(detector)}
     if args.compare:

@@ -32,29 +32,16 @@ import torch
 from torch import nn
 
 import mmvit_ext  # noqa: F401
-from mmvit_ext.backbones import preset_config
+from mmvit_ext.backbones import family_class, family_classes, preset_config
 from mmvit_ext.layers import AttentionBase
 from mmvit_ext.registry import MODELS
 
-# Paper figures at 224x224 with the ImageNet head: (params M, GFLOPs); None where the paper gives
-# no figure for the preset. Swin: Liu et al. 2021 Tab. 1; PVTv2: the official whai362/PVT model
-# table; CaiT: Touvron et al. 2021 (S36 counted at 224); DeepViT-S and Refined-ViT: their papers.
-PAPER = {
-    'swin:tiny': (28, 4.5), 'swin:small': (50, 8.7), 'swin:base': (88, 15.4),
-    'pvtv2:b0': (3.7, 0.6), 'pvtv2:b1': (14.0, 2.1), 'pvtv2:b2': (25.4, 4.0),
-    'pvtv2:b2_li': (22.6, 3.9), 'pvtv2:b3': (45.2, 6.9), 'pvtv2:b4': (62.6, 10.1),
-    'pvtv2:b5': (82.0, 11.8),
-    'cait:xxs24': (12.0, 2.5), 'cait:xxs36': (17.3, 3.8), 'cait:xs24': (26.6, 5.4),
-    'cait:s24': (46.9, 9.4), 'cait:s36': (68.2, 13.9), 'cait:m36': (270.1, 53.7),
-    'cait:m48': (356.5, 71.5),
-    'deepvit:s': (27, None),
-    'refiner:s': (25, None), 'refiner:m': (55, None), 'refiner:l': (81, None),
-}
-PRESETS = ['swin:tiny', 'swin:small', 'swin:base', 'pvtv2:b0', 'pvtv2:b1', 'pvtv2:b2',
-           'pvtv2:b2_li', 'pvtv2:b3', 'pvtv2:b4', 'pvtv2:b5', 'cait:xxs24', 'cait:xxs36',
-           'cait:xs24', 'cait:s24', 'cait:s36', 'cait:m36', 'cait:m48', 'deepvit:16b',
-           'deepvit:24b', 'deepvit:32b', 'deepvit:s', 'deepvit:l', 'refiner:s', 'refiner:m',
-           'refiner:l']
+
+def paper_figures() -> Dict[str, Tuple[Optional[float], Optional[float]]]:
+    """``FAMILY:ARCH`` -> the paper's (params M, GFLOPs) at 224x224 with the ImageNet head,
+    for every preset ``--all`` counts: each family's ``paper_figures`` (sources beside them)."""
+    return {f'{family}:{arch}': figures for family, cls in family_classes().items()
+            for arch, figures in cls.paper_figures.items()}
 
 
 class Classifier(nn.Module):
@@ -71,13 +58,9 @@ class Classifier(nn.Module):
 
 
 def build_preset(spec: str, classifier: bool = False, **settings) -> nn.Module:
-    cfg = preset_config(spec, **settings)
     if classifier:
-        if cfg['type'] in ('mmvit_ext.DeepViT', 'mmvit_ext.CaiT', 'mmvit_ext.RefinedViT'):
-            cfg['out_type'] = 'cls_token'
-        else:
-            cfg['out_indices'] = (-1,)
-    model = MODELS.build(cfg)
+        settings = {**family_class(spec.partition(':')[0]).classifier_settings(), **settings}
+    model = MODELS.build(preset_config(spec, **settings))
     return Classifier(model) if classifier else model
 
 
@@ -103,13 +86,16 @@ def count(model: nn.Module, size: Tuple[int, int], inputs: Optional[tuple] = Non
     return {'params': float(info['params']), 'flops': float(info['flops'])}
 
 
-def all_presets_table(size: Tuple[int, int] = (224, 224), presets: Sequence[str] = PRESETS) -> str:
+def all_presets_table(size: Tuple[int, int] = (224, 224),
+                      presets: Optional[Sequence[str]] = None) -> str:
     from mmengine.utils import track_iter_progress
     rows = ['| preset | params (M) | paper params (M) | GFLOPs | paper GFLOPs |',
             '|---|---|---|---|---|']
-    for spec in track_iter_progress(list(presets), file=sys.stderr):
+    papers = paper_figures()
+    for spec in track_iter_progress(list(papers if presets is None else presets),
+                                    file=sys.stderr):
         stats = count(build_preset(spec, classifier=True), size)
-        paper = PAPER.get(spec, (None, None))
+        paper = papers.get(spec, (None, None))
         fmt = (lambda v: '—' if v is None else f'{v:g}')
         rows.append(f'| {spec} | {stats["params"] / 1e6:.2f} | {fmt(paper[0])} | '
                     f'{stats["flops"] / 1e9:.2f} | {fmt(paper[1])} |')
@@ -125,8 +111,9 @@ FORM = {'mmdet': 'params: whole detector; FLOPs: backbone + neck + dense head (n
 def config_model(path: str) -> Tuple[nn.Module, str]:
     """The config's model, built in its task's scope with the backbone's weights left out."""
     from mmengine.config import Config
-    from mmvit_ext.utils.config_checks import build_task_model
-    return build_task_model(Config.fromfile(path))
+    from mmvit_ext.utils import build_model, task_scope
+    cfg = Config.fromfile(path)
+    return build_model(cfg, pretrained=False), task_scope(cfg)
 
 
 class _Counted(nn.Module):

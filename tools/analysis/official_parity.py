@@ -1,4 +1,4 @@
-"""Check a DeepViT / Refined-ViT / CaiT backbone against the official model code.
+"""Check a backbone against the official model code (families that name it: ``official_code``).
 
 The official repository is only *read* from the path you give (nothing of it is copied here):
 its model is built with random weights (BatchNorm statistics and LayerScale randomised too, so
@@ -22,17 +22,7 @@ import torch
 from torch import nn
 
 import mmvit_ext  # noqa: F401
-from mmvit_ext.registry import MODELS
-
-# family -> (our class, official module, {our arch: official constructor})
-OFFICIAL = {
-    'deepvit': ('DeepViT', 'models.deep_vision_transformer',
-                {'16b': 'deepvit_patch16_224_re_attn_16b', '24b': 'deepvit_patch16_224_re_attn_24b',
-                 '32b': 'deepvit_patch16_224_re_attn_32b', 's': 'deepvit_S', 'l': 'deepvit_L'}),
-    'refiner': ('RefinedViT', 'models.refined_transformer',
-                {'s': 'Refiner_ViT_S', 'm': 'Refiner_ViT_M', 'l': 'Refiner_ViT_L'}),
-}
-
+from mmvit_ext.backbones import family_classes
 
 def randomise(model: nn.Module, seed: int = 0) -> None:
     """Non-trivial BatchNorm statistics / affine and LayerScale-like gains."""
@@ -56,10 +46,13 @@ def main() -> None:
     parser.add_argument('--batch', type=int, default=2)
     args = parser.parse_args()
     family, _, arch = args.backbone.partition(':')
-    if family not in OFFICIAL or arch not in OFFICIAL[family][2]:
+    official_code = {f: cls for f, cls in family_classes().items() if cls.official_code}
+    if family not in official_code or arch not in official_code[family].official_code[1]:
         parser.error(f'unknown backbone {args.backbone!r}; choose from '
-                     + ', '.join(f'{f}:{a}' for f, v in OFFICIAL.items() for a in v[2]))
-    ours_name, module_name, constructors = OFFICIAL[family]
+                     + ', '.join(f'{f}:{a}' for f, cls in official_code.items()
+                                 for a in cls.official_code[1]))
+    cls = official_code[family]
+    module_name, constructors = cls.official_code
     sys.path.append(str(Path(args.repo).resolve()))  # appended: the installed timm stays first
     official_module = importlib.import_module(module_name)
     torch.manual_seed(0)
@@ -69,8 +62,8 @@ def main() -> None:
         path = Path(tmp) / 'official.pth.tar'
         torch.save({'epoch': 1, 'arch': constructors[arch], 'state_dict': official.state_dict()},
                    path)
-        ours = MODELS.build(dict(type=f'mmvit_ext.{ours_name}', arch=arch, out_type='cls_token',
-                                 init_cfg=dict(type='Pretrained', checkpoint=str(path))))
+        ours = cls(arch=arch, **cls.classifier_settings(),
+                   init_cfg=dict(type='Pretrained', checkpoint=str(path)))
         ours.init_weights()
     ours.eval()
     images = torch.randn(args.batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
