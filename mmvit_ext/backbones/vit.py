@@ -8,6 +8,7 @@ Key names follow timm's ``VisionTransformer`` (``blocks.{i}.attn.qkv``, ``ls1.ga
 ``mlp.fc1``, ``norm``...); register tokens keep DINOv2's ``register_tokens`` and the position
 embedding always has the class-token slot, as the official models have it.
 """
+import math
 from functools import partial
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -169,6 +170,8 @@ class VisionTransformer(PlainViTBase):
     optional_keys = frozenset({'mlp_ratio', 'patch_size', 'layer_scale', 'ffn', 'reg_tokens',
                                'interpolate_offset', 'img_size'})
     default_arch = 'b'
+    # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
+    paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
 
     def __init__(self, arch: Union[str, dict, None] = None, patch_size: Optional[int] = None,
                  out_type: str = 'featmap', with_cls_token: Optional[bool] = None,
@@ -231,6 +234,33 @@ class VisionTransformer(PlainViTBase):
             if 'feedforward_channels' in arch:
                 arch['mlp_ratio'] = arch.pop('feedforward_channels') / arch['embed_dims']
         return super().resolve_arch(arch)
+
+    @classmethod
+    def infer_arch(cls, state_dict: StateDict) -> Optional[dict]:
+        """Dims, depth, patch, FFN, LayerScale, registers and the position grid from our-layout
+        weights; the head count (no weight shape holds it) from the preset of the same dims and
+        depth, else 64 channels per head."""
+        needed = ('patch_embed.proj.weight', 'blocks.0.mlp.fc1.weight', 'blocks.0.mlp.fc2.weight',
+                  'pos_embed')
+        if any(k not in state_dict for k in needed):
+            return None
+        dim, _, patch, _ = state_dict['patch_embed.proj.weight'].shape
+        depth = len({k.split('.')[1] for k in state_dict if k.startswith('blocks.')})
+        fc1, fc2 = state_dict['blocks.0.mlp.fc1.weight'], state_dict['blocks.0.mlp.fc2.weight']
+        swiglu = fc1.shape[0] == 2 * fc2.shape[1]
+        heads = next((a['num_heads'] for a in cls.arch_zoo.values()
+                      if a['embed_dims'] == dim and a['depth'] == depth), max(dim // 64, 1))
+        arch = dict(embed_dims=dim, depth=depth, num_heads=heads, patch_size=patch,
+                    mlp_ratio=fc1.shape[0] / dim if not swiglu else 4, ffn='swiglu' if swiglu
+                    else 'mlp')
+        if 'blocks.0.ls1.gamma' in state_dict:
+            arch['layer_scale'] = 1e-5
+        if 'register_tokens' in state_dict:
+            arch['reg_tokens'] = state_dict['register_tokens'].shape[1]
+        side = math.isqrt(state_dict['pos_embed'].shape[1] - 1)
+        return dict(arch=arch, img_size=patch * side, out_type='cls_token',
+                    use_rel_pos=False) if 'blocks.0.attn.rel_pos_h' not in state_dict else \
+            dict(arch=arch, img_size=patch * side, use_rel_pos=True, with_cls_token=False)
 
     def _check_options(self, settings: dict, out_type: str, with_cls_token: bool,
                        final_norm: bool, use_rel_pos: bool, window_size: Optional[int]) -> None:
