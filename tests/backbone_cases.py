@@ -37,6 +37,13 @@ CASES: Dict[str, List[dict]] = {
                        mlp_layer_scale=0.1),
              simple_pyramid=False, window_size=2, global_blocks=(2, 3)),
     ],
+    'VisionTransformer': [
+        dict(arch='b'),
+        dict(arch='dinov2_s', out_indices=(2, 5, 8, 11), reg_tokens=4),
+        dict(arch='s', out_indices=(3, 5, 7, 11), use_rel_pos=True),
+        dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
+             use_rel_pos=True, window_size=2, global_blocks=(3,)),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.
@@ -44,4 +51,5 @@ SMALL = {name: cases[-1] for name, cases in CASES.items()}
 # Presets too heavy for the 513x769 size on a 2-core CPU are marked here.
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),
-                 ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2)}
+                 ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2),
+                 ('VisionTransformer', 2), ('VisionTransformer', 3)}

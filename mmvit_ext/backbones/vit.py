@@ -1,0 +1,382 @@
+"""The plain Vision Transformer (Dosovitskiy et al., 2021) and its descendants on the plain-ViT
+trunk: DeiT, MAE and AugReg weights (patch 16), DINOv2 (patch 14, LayerScale, register tokens,
+SwiGLU FFN for the giant), ViTDet's dense options (windowed + global blocks, decomposed relative
+positions, the simple pyramid) and the classifier outputs of mmpretrain (class token, mean of
+the patch tokens).
+
+Key names follow timm's ``VisionTransformer`` (``blocks.{i}.attn.qkv``, ``ls1.gamma``,
+``mlp.fc1``, ``norm``...); register tokens keep DINOv2's ``register_tokens`` and the position
+embedding always has the class-token slot, as the official models have it.
+"""
+import math
+from functools import partial
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..converters.layouts import StateDict
+from ..layers import (PatchEmbed, WindowAttention, fit_window, interpolation_matrix,
+                      known_equal, resize_pos_embed)
+from ..registry import MODELS
+from .plain_vit import PlainViTBase, ViTBlock
+from .vocabulary import ConfigError
+
+Size2 = Tuple[int, int]
+VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
+
+
+def _vit(dim: int, depth: int, heads: int, **extra: Any) -> dict:
+    return dict(embed_dims=dim, depth=depth, num_heads=heads, mlp_ratio=4, **extra)
+
+
+# DINOv2 (Oquab et al., 2023): patch 14, LayerScale 1e-5, the official pos-embed interpolation
+_dinov2 = partial(_vit, patch_size=14, layer_scale=1e-5, interpolate_offset=0.1, img_size=518)
+
+
+class SwiGLU(nn.Module):
+    """SwiGLU FFN (DINOv2 giant): ``fc2(silu(a) * b)`` with ``(a, b)`` the halves of ``fc1(x)``.
+
+    The hidden width is DINOv2's: 2/3 of ``hidden_features`` rounded up to a multiple of 8.
+    """
+
+    def __init__(self, dim: int, hidden_features: int, drop: float = 0.0) -> None:
+        super().__init__()
+        hidden = (int(hidden_features * 2 / 3) + 7) // 8 * 8
+        self.fc1 = nn.Linear(dim, 2 * hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)
+        return self.drop(self.fc2(self.drop(F.silu(gate) * value)))
+
+
+def rel_pos_lookup(table: torch.Tensor, size: int) -> torch.Tensor:
+    """(L, d) table of offsets -> (size, size, d) entries ``R[i - j]``; a table of another length
+    than ``2 * size - 1`` is resized linearly first, as ViTDet's ``get_rel_pos``."""
+    length = 2 * size - 1
+    if not known_equal(table.shape[0], length):
+        table = interpolation_matrix(table.shape[0], length, 'bilinear', device=table.device,
+                                     dtype=table.dtype) @ table
+    coords = torch.arange(size, device=table.device)
+    return table[coords[:, None] - coords[None, :] + (size - 1)]
+
+
+def decomposed_rel_pos(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torch.Tensor,
+                       grid: Size2) -> torch.Tensor:
+    """ViTDet / MViTv2 decomposed relative position bias for queries (..., H, h*w, d) of an
+    h x w grid: ``bias[(i, j), (k, l)] = q_ij . R_h[i - k] + q_ij . R_w[j - l]`` (..., H, N, N)."""
+    height, width = grid
+    r_q = q.unflatten(-2, (height, width))
+    bias_h = torch.einsum('...hwc,hkc->...hwk', r_q, rel_pos_lookup(rel_pos_h, height))
+    bias_w = torch.einsum('...hwc,wkc->...hwk', r_q, rel_pos_lookup(rel_pos_w, width))
+    bias = bias_h.unsqueeze(-1) + bias_w.unsqueeze(-2)  # (..., h, w, h, w)
+    n = height * width
+    return bias.reshape(*q.shape[:-2], n, n)
+
+
+class RelPosAttention(WindowAttention):
+    """Window / global attention with the decomposed relative position bias (``use_rel_pos``).
+
+    The tables span the window (windowed blocks) or the pretraining grid (global blocks) and are
+    resized to the grid attended at run time (a window shrunk to a small map, another input size).
+    """
+
+    def __init__(self, dim: int, num_heads: int, window_size: Optional[int], grid: Size2,
+                 **kwargs: Any) -> None:
+        super().__init__(dim, num_heads, window_size, **kwargs)
+        side = self.window_size or grid
+        self.rel_pos_h = nn.Parameter(torch.zeros(2 * side[0] - 1, self.head_dim))
+        self.rel_pos_w = nn.Parameter(torch.zeros(2 * side[1] - 1, self.head_dim))
+        self.attn_grid: Size2 = tuple(side)
+
+    def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        # the grid each attention call sees: the (fitted) window, or the whole map
+        self.attn_grid = hw if self.window_size is None else \
+            fit_window(hw, self.window_size, (0, 0))[0]
+        return super().forward(x, hw)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
+        return super().attend(q, k, v, bias if attn_bias is None else attn_bias + bias)
+
+
+def dinov2_resize_pos_embed(pos_embed: torch.Tensor, src_hw: Size2, dst_hw: Size2,
+                            offset: float) -> torch.Tensor:
+    """The official DINOv2 interpolation: bicubic with scale factors ``(dst + offset) / src``
+    (not the output size), which samples slightly differently; none at the pretraining grid."""
+    if known_equal(tuple(src_hw), tuple(dst_hw)):
+        return pos_embed
+    cls, grid = pos_embed[:, :1], pos_embed[:, 1:]
+    dim = grid.shape[-1]
+    grid = grid.reshape(1, src_hw[0], src_hw[1], dim).permute(0, 3, 1, 2).float()
+    matrices = []
+    for src, dst in zip(src_hw, dst_hw):
+        eye = torch.eye(src, device=grid.device).view(1, 1, src, src)
+        matrices.append(F.interpolate(eye, scale_factor=((dst + offset) / src, 1.0),
+                                      mode='bicubic', align_corners=False)[0, 0])
+    grid = matrices[0] @ grid @ matrices[1].T
+    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(pos_embed.dtype)
+    return torch.cat([cls, grid], dim=1)
+
+
+@MODELS.register_module()
+class VisionTransformer(PlainViTBase):
+    """Plain ViT backbone (see :class:`PlainViTBase` for windows, global blocks and the pyramid).
+
+    Args:
+        arch: ``ti s b l h`` (patch 16; aliases ``deit-t deit-s deit-b``, ``mae_b mae_l``,
+            ``tiny small base large huge``), ``mae_h`` (patch 14), ``dinov2_s dinov2_b
+            dinov2_l dinov2_g`` (patch 14, LayerScale, SwiGLU FFN for g; ``dinov2-s`` ...
+            too), or a dict with ``embed_dims``, ``depth`` (or ``num_layers``), ``num_heads``
+            and optional ``mlp_ratio`` (or ``feedforward_channels``), ``patch_size``,
+            ``layer_scale``, ``ffn`` (``'mlp'`` / ``'swiglu'``), ``reg_tokens``,
+            ``interpolate_offset`` (DINOv2's pos-embed interpolation, 0: size-based),
+            ``img_size`` (the preset's pretraining size: 518 for DINOv2).
+        patch_size: overrides the preset's patch size.
+        out_type: ``'featmap'`` (NCHW maps), ``'cls_token'`` (the normalised class token,
+            (B, C)), ``'avg_featmap'`` (the mean of the patch tokens through ``fc_norm``).
+        with_cls_token: run the class token through the blocks (needs global attention); dense
+            outputs never include it. ``None``: only where the classifier needs it.
+        reg_tokens: register tokens (DINOv2 with registers); ``None``: the preset's (0).
+        final_norm: the last block's tokens pass through ``norm``.
+        use_rel_pos: ViTDet's decomposed relative position bias in every block.
+        patch_bias: a bias in the patch projection (mmseg's ViT has none by default).
+        layer_scale: LayerScale init (``None``: the preset's, none for ViT, 1e-5 for DINOv2).
+        **kwargs: the trunk's (:class:`PlainViTBase`): ``img_size``, ``out_indices``,
+            ``window_size``, ``global_blocks``, ``simple_pyramid`` (default: on for patch 16),
+            ``drop_path_rate`` ...
+    """
+
+    family = 'vit'
+    arch_zoo = {
+        **dict.fromkeys(['ti', 'tiny', 'deit-t', 'deit-tiny', 'deit_tiny'], _vit(192, 12, 3)),
+        **dict.fromkeys(['s', 'small', 'deit-s', 'deit-small', 'deit_small'], _vit(384, 12, 6)),
+        **dict.fromkeys(['b', 'base', 'deit-b', 'deit-base', 'deit_base', 'mae_b', 'mae-b'],
+                        _vit(768, 12, 12)),
+        **dict.fromkeys(['l', 'large', 'mae_l', 'mae-l'], _vit(1024, 24, 16)),
+        **dict.fromkeys(['h', 'huge'], _vit(1280, 32, 16)),
+        **dict.fromkeys(['mae_h', 'mae-h'], _vit(1280, 32, 16, patch_size=14)),
+        **dict.fromkeys(['dinov2_s', 'dinov2-s', 'dinov2-small'], _dinov2(384, 12, 6)),
+        **dict.fromkeys(['dinov2_b', 'dinov2-b', 'dinov2-base'], _dinov2(768, 12, 12)),
+        **dict.fromkeys(['dinov2_l', 'dinov2-l', 'dinov2-large'], _dinov2(1024, 24, 16)),
+        **dict.fromkeys(['dinov2_g', 'dinov2-g', 'dinov2-giant'],
+                        _dinov2(1536, 40, 24, ffn='swiglu')),
+    }
+    essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
+    optional_keys = frozenset({'mlp_ratio', 'patch_size', 'layer_scale', 'ffn', 'reg_tokens',
+                               'interpolate_offset', 'img_size'})
+    default_arch = 'b'
+    # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
+    paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
+
+    def __init__(self, arch: Union[str, dict, None] = None, patch_size: Optional[int] = None,
+                 out_type: str = 'featmap', with_cls_token: Optional[bool] = None,
+                 reg_tokens: Optional[int] = None, final_norm: bool = True,
+                 use_rel_pos: bool = False, layer_scale: Optional[float] = None,
+                 patch_bias: bool = True,
+                 simple_pyramid: Optional[bool] = None, window_size: Union[int, str, None] = 'auto',
+                 **kwargs: Any) -> None:
+        name = type(self).__name__
+        if out_type not in VIT_OUT_TYPES:
+            raise ValueError(f'{name}: out_type must be one of {VIT_OUT_TYPES}, got {out_type!r}')
+        settings = self.resolve_arch(self.default_arch if arch is None else arch)
+        for key, value in (('patch_size', patch_size), ('reg_tokens', reg_tokens),
+                           ('layer_scale', layer_scale)):
+            if value is not None:
+                settings[key] = value
+        patch = int(settings.get('patch_size', 16))
+        dense = out_type == 'featmap'
+        if with_cls_token is None:
+            with_cls_token = not dense or bool(settings.get('reg_tokens'))
+        if not dense:
+            window_size, simple_pyramid = None, False
+        if simple_pyramid is None:
+            simple_pyramid = patch == 16
+        window_size = (14 if with_cls_token is False else None) if window_size == 'auto' \
+            else window_size
+        self._check_options(settings, out_type, with_cls_token, final_norm, use_rel_pos,
+                            window_size)
+        self.use_rel_pos = use_rel_pos
+        self.patch_bias = patch_bias
+        kwargs.setdefault('img_size', settings.pop('img_size', 224))
+        settings.pop('img_size', None)
+        super().__init__(settings, out_type='cls_token' if out_type == 'cls_token' else 'featmap',
+                         simple_pyramid=simple_pyramid, window_size=window_size, **kwargs)
+        self.out_type = out_type
+        self.with_cls_token = with_cls_token
+        if self.cls_token is None and with_cls_token:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+        num_reg = int(settings.get('reg_tokens', 0))
+        self.register_tokens = nn.Parameter(torch.zeros(1, num_reg, self.embed_dims)) \
+            if num_reg else None
+        if self.register_tokens is not None:
+            nn.init.trunc_normal_(self.register_tokens, std=0.02)
+        if not final_norm:
+            self.norm = None
+        self.fc_norm = nn.LayerNorm(self.embed_dims, eps=1e-6) \
+            if out_type == 'avg_featmap' else None
+        self.interpolate_offset = float(settings.get('interpolate_offset', 0.0))
+        self._freeze_stages()
+
+    @classmethod
+    def resolve_arch(cls, arch: Union[str, dict]) -> dict:
+        """Presets, or a custom dict in our names or mmpretrain's (``num_layers``,
+        ``feedforward_channels``)."""
+        if isinstance(arch, dict):
+            arch = dict(arch)
+            if 'num_layers' in arch:
+                arch['depth'] = arch.pop('num_layers')
+            if 'feedforward_channels' in arch:
+                arch['mlp_ratio'] = arch.pop('feedforward_channels') / arch['embed_dims']
+        return super().resolve_arch(arch)
+
+    @classmethod
+    def infer_arch(cls, state_dict: StateDict) -> Optional[dict]:
+        """Dims, depth, patch, FFN, LayerScale, registers and the position grid from our-layout
+        weights; the head count (no weight shape holds it) from the preset of the same dims and
+        depth, else 64 channels per head."""
+        needed = ('patch_embed.proj.weight', 'blocks.0.mlp.fc1.weight', 'blocks.0.mlp.fc2.weight',
+                  'pos_embed')
+        if any(k not in state_dict for k in needed):
+            return None
+        dim, _, patch, _ = state_dict['patch_embed.proj.weight'].shape
+        depth = len({k.split('.')[1] for k in state_dict if k.startswith('blocks.')})
+        fc1, fc2 = state_dict['blocks.0.mlp.fc1.weight'], state_dict['blocks.0.mlp.fc2.weight']
+        swiglu = fc1.shape[0] == 2 * fc2.shape[1]
+        heads = next((a['num_heads'] for a in cls.arch_zoo.values()
+                      if a['embed_dims'] == dim and a['depth'] == depth), max(dim // 64, 1))
+        arch = dict(embed_dims=dim, depth=depth, num_heads=heads, patch_size=patch,
+                    mlp_ratio=fc1.shape[0] / dim if not swiglu else 4, ffn='swiglu' if swiglu
+                    else 'mlp')
+        if 'blocks.0.ls1.gamma' in state_dict:
+            arch['layer_scale'] = 1e-5
+        if 'register_tokens' in state_dict:
+            arch['reg_tokens'] = state_dict['register_tokens'].shape[1]
+        side = math.isqrt(state_dict['pos_embed'].shape[1] - 1)
+        return dict(arch=arch, img_size=patch * side, out_type='cls_token',
+                    use_rel_pos=False) if 'blocks.0.attn.rel_pos_h' not in state_dict else \
+            dict(arch=arch, img_size=patch * side, use_rel_pos=True, with_cls_token=False)
+
+    def _check_options(self, settings: dict, out_type: str, with_cls_token: bool,
+                       final_norm: bool, use_rel_pos: bool, window_size: Optional[int]) -> None:
+        name = type(self).__name__
+        if settings.get('ffn', 'mlp') not in ('mlp', 'swiglu'):
+            raise ConfigError(f"{name}: arch ffn must be 'mlp' or 'swiglu', got {settings['ffn']!r}")
+        if out_type == 'cls_token' and not with_cls_token:
+            raise ConfigError(f"{name}: out_type='cls_token' needs with_cls_token=True")
+        if settings.get('reg_tokens') and not with_cls_token:
+            raise ConfigError(f'{name}: register tokens come after the class token; use '
+                              f'with_cls_token=True (or reg_tokens=0)')
+        if with_cls_token and window_size is not None:
+            raise ConfigError(f'{name}: with_cls_token=True with window_size={window_size} is not '
+                              f'supported; the class token attends globally in every block, so '
+                              f'use window_size=None (or with_cls_token=False for windows)')
+        if use_rel_pos and with_cls_token:
+            raise ConfigError(f'{name}: use_rel_pos=True is for grids of patch tokens only; use '
+                              f'with_cls_token=False (ViTDet drops the class token)')
+        if out_type == 'cls_token' and not final_norm:
+            raise ConfigError(f"{name}: final_norm=False is not supported with "
+                              f"out_type='cls_token' (the class token is normalised)")
+
+    # ---- trunk hooks -------------------------------------------------------------------------
+    def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
+        embed = PatchEmbed(in_channels, self.embed_dims, self.patch_size)
+        if not self.patch_bias:  # mmseg's default (patch_bias=False)
+            embed.proj = nn.Conv2d(in_channels, self.embed_dims, self.patch_size,
+                                   self.patch_size, bias=False)
+        return embed
+
+    def build_block(self, index: int, settings: dict, common: dict) -> nn.Module:
+        dim, heads = self.embed_dims, settings['num_heads']
+        options = dict(qkv_bias=True, attn_drop=common['attn_drop'], proj_drop=common['drop'],
+                       fused=self.fused_attn)
+        if self.use_rel_pos:
+            attn = RelPosAttention(dim, heads, common['window_size'], self.grid_size, **options)
+        else:
+            attn = WindowAttention(dim, heads, common['window_size'], **options)
+        layer_scale = settings.get('layer_scale')
+        mlp_ratio = settings.get('mlp_ratio', 4)
+        block = ViTBlock(dim, attn, mlp_ratio, common['drop'], common['drop_path'],
+                         layer_scale=layer_scale, mlp_layer_scale=layer_scale,
+                         norm_layer=partial(nn.LayerNorm, eps=1e-6))
+        if settings.get('ffn', 'mlp') == 'swiglu':
+            block.mlp = SwiGLU(dim, int(dim * mlp_ratio), common['drop'])
+        return block
+
+    # ---- weights -----------------------------------------------------------------------------
+    def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
+        """Resize the position embedding (the trunk) and the relative-position tables, linearly
+        as ViTDet does, to this model's window / grid."""
+        state_dict, resized = super().adapt_state_dict(state_dict)
+        own = {k: v for k, v in self.named_parameters() if k.endswith(('rel_pos_h', 'rel_pos_w'))}
+        for key, value in own.items():
+            given = state_dict.get(key)
+            if given is not None and given.shape != value.shape and given.shape[1] == value.shape[1]:
+                matrix = interpolation_matrix(given.shape[0], value.shape[0], 'bilinear',
+                                              dtype=torch.float32)
+                state_dict[key] = (matrix @ given.float()).to(given.dtype)
+                resized.append(key)
+        return state_dict, resized
+
+    def unbuilt_prefixes(self) -> Tuple[str, ...]:
+        prefixes = super().unbuilt_prefixes()
+        if self.register_tokens is None:
+            prefixes += ('register_tokens',)
+        if self.fc_norm is None:
+            prefixes += ('fc_norm.',)
+        return prefixes
+
+    def output_spec(self) -> List[Tuple[int, Optional[int]]]:
+        if self.out_type == 'avg_featmap':
+            return [(self.embed_dims, None)]
+        return super().output_spec()
+
+    def layer_depth_groups(self) -> List[Tuple[str, ...]]:
+        groups = super().layer_depth_groups()
+        return [groups[0] + ('register_tokens',), *groups[1:]]
+
+    def frozen_parameters(self) -> List[nn.Parameter]:
+        extra = getattr(self, 'register_tokens', None)
+        return super().frozen_parameters() + ([extra] if extra is not None else [])
+
+    # ---- forward -----------------------------------------------------------------------------
+    def position_embedding(self, hw: Size2) -> torch.Tensor:
+        """(1, 1 + h*w, C): the class-token slot and the grid resized to ``hw``."""
+        if self.interpolate_offset:
+            return dinov2_resize_pos_embed(self.pos_embed, self.grid_size, hw,
+                                           self.interpolate_offset)
+        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
+
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        height, width = x.shape[2:]
+        tokens, hw = self.patch_embed(x)
+        b = tokens.shape[0]
+        pos = self.position_embedding(hw)
+        tokens = tokens + pos[:, 1:]
+        prefix = []
+        if self.cls_token is not None:
+            prefix.append(self.cls_token.expand(b, -1, -1) + pos[:, :1])
+        if self.register_tokens is not None:
+            prefix.append(self.register_tokens.expand(b, -1, -1))
+        if prefix:
+            tokens = torch.cat([*prefix, tokens], dim=1)
+        feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
+        if self.out_type == 'cls_token':
+            return (feats[-1][:, 0],)
+        num_patches = hw[0] * hw[1]  # class and register tokens are no map pixels
+        if self.out_type == 'avg_featmap':
+            return (self.fc_norm(feats[-1][:, -num_patches:].mean(dim=1)),)
+        maps = [f[:, f.shape[1] - num_patches:].transpose(1, 2).reshape(b, self.embed_dims, *hw)
+                for f in feats]
+        if self.pyramid is None:
+            return tuple(maps)
+        if len(maps) == 1:
+            maps = maps * len(self.strides)
+        sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
+        return tuple(self.pyramid(maps, sizes))
+

@@ -1,0 +1,201 @@
+"""The plain ViT family (mmvit_ext.VisionTransformer): parameter counts against timm, every
+checkpoint layout against its own implementation on every load path, DINOv2's position-embedding
+interpolation, ViTDet's decomposed relative positions, and refusals.
+
+``pytest -s tests/test_vit.py -k layout`` prints the layout table of max feature differences.
+"""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mmvit_ext  # noqa: F401
+from mmvit_ext.backbones.vit import VisionTransformer, decomposed_rel_pos
+from mmvit_ext.converters import CheckpointError, convert_for_model, unwrap_state_dict
+from mmvit_ext.converters.layouts import detect_layout
+
+pytest.importorskip('timm')
+pytest.importorskip('transformers')
+import vit_peers  # noqa: E402
+from layout_peers import build_ours  # noqa: E402
+
+TOL = 1e-4
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize('ours, timm_name, published', [
+    ('b', 'vit_base_patch16_224', 86.57e6),
+    ('dinov2_s', 'vit_small_patch14_dinov2', 22.06e6),
+    ('l', None, 304.33e6),  # timm's figure for vit_large_patch16_224 (1.2 GB to build here)
+])
+def test_parameter_counts_match_timm(ours, timm_name, published):
+    """Classifier trunk + a 1000-class head (DINOv2 has none) = timm's model and its published
+    figure (ViT-B/16 86.6 M, DINOv2 ViT-S/14 22.1 M, ViT-L/16 304 M)."""
+    import timm
+    with torch.device('meta'):
+        model = VisionTransformer(ours, out_type='cls_token')
+    head = 0 if ours.startswith('dinov2') else model.embed_dims * 1000 + 1000
+    total = _count(model) + head
+    if timm_name is not None:  # timm's constructor does not run on the meta device
+        assert total == _count(timm.create_model(timm_name, pretrained=False))
+    assert abs(total - published) < 0.005e6
+
+
+@pytest.fixture(scope='module')
+def cases():
+    torch.manual_seed(0)
+    return vit_peers.vit_cases()
+
+
+def test_every_layout_on_init_cfg_and_load_state_dict(cases, tmp_path):
+    rows = []
+    for name, case in cases.items():
+        path = tmp_path / (re.sub(r'\W+', '_', name) + '.pth')
+        torch.save(case.checkpoint, path)
+        x = torch.randn(2, 3, case.image, case.image)
+        via_init = build_ours(case.ours, dict(type='Pretrained', checkpoint=str(path)))
+        via_init.init_weights()
+        assert case.layout in via_init.load_report.layout, (name, via_init.load_report.layout)
+        state = case.checkpoint.get('state_dict', case.checkpoint.get('model', case.checkpoint))
+        via_plain = build_ours(case.ours)
+        via_plain.load_state_dict(state)  # strict: every key accounted for
+        diffs = []
+        for model in (via_init, via_plain):
+            with torch.no_grad():
+                got, want = model.eval()(x), case.features(x)
+            assert len(got) == len(want) == 3, name
+            diffs.append(max((a - b).abs().max().item() for a, b in zip(got, want)))
+        rows.append((name, via_init.load_report.layout, *diffs))
+        assert max(diffs) <= TOL, (name, diffs)
+    print('\n\n| checkpoint (peer implementation) | detected layout | max diff, init_cfg '
+          '| max diff, load_state_dict |\n|---|---|---|---|')
+    for name, layout, a, b in rows:
+        print(f'| {name} | {layout} | {a:.1e} | {b:.1e} |')
+    assert len(rows) == 17
+
+
+def test_layout_converters_are_idempotent(cases):
+    for name, case in cases.items():
+        model = build_ours(case.ours)
+        once, layout = convert_for_model(model, unwrap_state_dict(case.checkpoint))
+        twice, again = convert_for_model(model, once)
+        assert again.startswith('mmvit_ext'), (name, again)
+        assert once.keys() == twice.keys() and all(once[k] is twice[k] for k in once), name
+        converter = detect_layout(unwrap_state_dict(case.checkpoint), 'vit').convert
+        assert converter(once).keys() == once.keys(), name
+
+
+def test_other_families_checkpoints_are_not_ours():
+    """CaiT / DeepViT share ``blocks.{i}.attn.qkv``: their files are refused by name."""
+    cait = build_ours(dict(type='CaiT', arch=dict(embed_dims=32, depth=2, num_heads=2),
+                           img_size=64, drop_path_rate=0.0))
+    with pytest.raises(CheckpointError, match="'cait' family"):
+        build_ours(vit_peers.ours()).load_state_dict(cait.state_dict())
+
+
+def test_no_silent_partial_loads(cases):
+    deit = cases['timm ViT / DeiT'].checkpoint
+    wider = build_ours(vit_peers.ours(arch=dict(embed_dims=64, depth=3, num_heads=2)))
+    with pytest.raises(CheckpointError, match='shape mismatches'):
+        wider.load_state_dict(deit)
+    distilled = dict(deit, dist_token=torch.zeros(1, 1, vit_peers.DIM),
+                     pos_embed=torch.zeros(1, 2 + 16, vit_peers.DIM))
+    with pytest.raises(CheckpointError, match='pos_embed'):
+        build_ours(vit_peers.ours()).load_state_dict(distilled)
+    shallower = {k: v for k, v in deit.items() if not k.startswith('blocks.2.')}
+    with pytest.raises(CheckpointError, match='unloaded'):
+        build_ours(vit_peers.ours()).load_state_dict(shallower)
+
+
+@pytest.mark.parametrize('size', [(98, 98), (70, 126), (518, 518)])
+def test_dinov2_position_embedding_follows_the_official_interpolation(size):
+    """The official rule: bicubic with scale factors (side + 0.1) / M, no antialiasing, none at
+    the pretraining grid."""
+    model = VisionTransformer('dinov2_s', out_type='cls_token').eval()
+    torch.nn.init.normal_(model.pos_embed)
+    grid = (size[0] // 14, size[1] // 14)
+    pos = model.pos_embed
+    side = int((pos.shape[1] - 1) ** 0.5)
+    if grid == (side, side):
+        want = pos
+    else:
+        patch = pos[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+        patch = F.interpolate(patch, scale_factor=((grid[0] + 0.1) / side, (grid[1] + 0.1) / side),
+                              mode='bicubic', antialias=False)
+        want = torch.cat([pos[:, :1], patch.permute(0, 2, 3, 1).reshape(1, -1, pos.shape[-1])], 1)
+    assert (model.position_embedding(grid) - want).abs().max().item() < 1e-5
+
+
+def _vitdet_rel_pos(q, rel_h, rel_w, grid):
+    """ViTDet's ``add_decomposed_rel_pos`` on a zero map, written from its equations."""
+    def lookup(table, size):
+        length = 2 * size - 1
+        if table.shape[0] != length:
+            table = F.interpolate(table.T[None], size=length, mode='linear')[0].T
+        coords = torch.arange(size)
+        return table[(coords[:, None] - coords[None, :] + size - 1)]
+    h, w = grid
+    b, heads, n, d = q.shape
+    r_q = q.reshape(b * heads, h, w, d)
+    rel_h_term = torch.einsum('bhwc,hkc->bhwk', r_q, lookup(rel_h, h))
+    rel_w_term = torch.einsum('bhwc,wkc->bhwk', r_q, lookup(rel_w, w))
+    attn = rel_h_term[:, :, :, :, None] + rel_w_term[:, :, :, None, :]
+    return attn.reshape(b, heads, n, n)
+
+
+@pytest.mark.parametrize('grid, table', [((4, 4), 7), ((3, 5), 7), ((6, 6), 7)])
+def test_decomposed_rel_pos_matches_vitdet(grid, table):
+    q = torch.randn(2, 3, grid[0] * grid[1], 8)
+    rel_h, rel_w = torch.randn(table, 8), torch.randn(table, 8)
+    got = decomposed_rel_pos(q, rel_h, rel_w, grid)
+    assert (got - _vitdet_rel_pos(q, rel_h, rel_w, grid)).abs().max().item() < 1e-4
+
+
+def test_rel_pos_tables_resize_with_the_window():
+    """A ViTDet checkpoint trained with 14-token windows loads into 7-token windows, its tables
+    resized (as ViTDet interpolates them) and reported."""
+    arch = dict(embed_dims=32, depth=8, num_heads=2)  # global blocks 1, 3, 5, 7
+    source = VisionTransformer(arch, use_rel_pos=True, window_size=14, img_size=448,
+                               drop_path_rate=0.0)
+    for name, param in source.named_parameters():
+        if 'rel_pos' in name:
+            torch.nn.init.normal_(param)
+    target = VisionTransformer(arch, use_rel_pos=True, window_size=7, img_size=224,
+                               drop_path_rate=0.0)
+    target.load_state_dict(source.state_dict())
+    resized = target.load_report.resized
+    assert 'blocks.0.attn.rel_pos_h' in resized and 'pos_embed' in resized
+    assert target.blocks[0].attn.rel_pos_h.shape == (13, 16)
+    assert target.blocks[1].attn.rel_pos_h.shape == (27, 16)  # global: the 14 x 14 grid
+    out = target(torch.randn(1, 3, 100, 132))
+    assert [tuple(o.shape[2:]) for o in out] == [(25, 33), (13, 17), (7, 9), (4, 5)]
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match='out_type'):
+        VisionTransformer('s', out_type='raw_tokens')
+    with pytest.raises(Exception, match='with_cls_token'):
+        VisionTransformer('s', with_cls_token=True, window_size=14)
+    with pytest.raises(Exception, match='use_rel_pos'):
+        VisionTransformer('s', with_cls_token=True, window_size=None, use_rel_pos=True)
+    with pytest.raises(Exception, match='register'):
+        VisionTransformer('dinov2_s', reg_tokens=4, with_cls_token=False)
+    with pytest.raises(Exception, match='unknown arch'):
+        VisionTransformer('vit-xxl')
+
+
+def test_classifier_outputs():
+    """cls_token: the normalised class token; avg_featmap: fc_norm of the mean patch token."""
+    model = VisionTransformer('deit-t', out_type='avg_featmap', final_norm=False,
+                              drop_path_rate=0.0).eval()
+    x = torch.randn(2, 3, 64, 80)
+    (pooled,) = model(x)
+    assert pooled.shape == (2, 192) and model.out_channels == (192,)
+    tokens, hw = model.patch_embed(x)
+    assert hw == (4, 5)
+    cls = VisionTransformer('deit-t', out_type='cls_token').eval()
+    assert cls(x)[0].shape == (2, 192) and cls.strides == (None,)
