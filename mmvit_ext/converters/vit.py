@@ -47,11 +47,18 @@ def _strip(state_dict: StateDict, prefixes: Iterable[str]) -> StateDict:
 
 
 # ---- timm ------------------------------------------------------------------------------------
+def _other_family(state_dict: StateDict) -> bool:
+    """A layout of another family matches (CaiT / DeepViT / Refined-ViT files share
+    ``blocks.{i}.attn.qkv`` and timm's ``head``)."""
+    return any(lay.matches(state_dict) for lay in LAYOUTS if lay.family != 'vit')
+
+
 def is_timm_vit(state_dict: StateDict) -> bool:
     """timm keeps our names and adds a head, or (DINOv2 with registers) ``reg_token`` with the
     class token's position folded into it."""
     return has_key(state_dict, _QKV) and (has_key(state_dict, r'^head(_dist)?\.')
-                                          or 'reg_token' in state_dict)
+                                          or 'reg_token' in state_dict) \
+        and not _other_family(state_dict)
 
 
 def convert_timm_vit(state_dict: StateDict) -> StateDict:
@@ -182,9 +189,9 @@ def convert_openmmlab_vit(state_dict: StateDict) -> StateDict:
 def is_ours(state_dict: StateDict) -> bool:
     """Our keys, and no other family's or layout's marks (CaiT / DeepViT / Refined-ViT share
     ``blocks.{i}.attn.qkv``)."""
-    others = [lay for lay in LAYOUTS if lay.family != 'vit' or not lay.ours]
-    return not any(lay.matches(state_dict) for lay in others) and not has_key(
-        state_dict, r'^(head|reg_token|mask_token|decoder_)')
+    others = [lay for lay in LAYOUTS if lay.family == 'vit' and not lay.ours]
+    return (not _other_family(state_dict) and not any(lay.matches(state_dict) for lay in others)
+            and not has_key(state_dict, r'^(head|reg_token|mask_token|decoder_)'))
 
 
 register_layout('mmvit_ext ViT (= official MAE encoder / headless timm keys)', 'vit', _QKV,
