@@ -11,6 +11,8 @@ model = dict(
         drop_path_rate=0.1,
         window_size=14,
         simple_pyramid=True,
+        # our windowed trunk in mmseg's scope, not mmseg ViT's defaults (docs/peer_semantics.md)
+        peer='mmvit_ext',
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     decode_head=dict(in_channels=[99, 198, 396, 396]),
     auxiliary_head=dict(in_channels=396))
