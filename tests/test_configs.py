@@ -157,12 +157,19 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
         train_batch = _batch(cfg, 'train', scope, demo_roots)
         val_batch = _batch(cfg, 'val', scope, demo_roots)
 
-    name, first = next((n, p) for n, p in model.backbone.named_parameters() if p.requires_grad)
+    # the backbone trains, unless the config freezes all of it (frozen DINOv2 features): then
+    # it stays as it was and the first trainable parameter after it (the head) trains
+    frozen = all(not p.requires_grad for p in model.backbone.parameters())
+    backbone = dict(model.backbone.named_parameters())
+    name, first = next((n, p) for n, p in model.named_parameters()
+                       if p.requires_grad and (frozen or n.startswith('backbone.')))
+    snapshot = {n: p.detach().clone() for n, p in backbone.items()} if frozen else {}
     before = first.detach().clone()
     model.train()
     log_vars = model.train_step(train_batch, optim_wrapper)
     assert torch.isfinite(log_vars['loss']) and log_vars['loss'] > 0, log_vars
-    assert not torch.equal(before, first.detach()), f'backbone {name} not updated'
+    assert not torch.equal(before, first.detach()), f'{name} not updated'
+    assert all(torch.equal(v, backbone[n]) for n, v in snapshot.items()), 'frozen backbone changed'
 
     model.eval()
     with torch.no_grad():
