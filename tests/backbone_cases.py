@@ -42,7 +42,7 @@ CASES: Dict[str, List[dict]] = {
         dict(arch='dinov2_s', out_indices=(2, 5, 8, 11), reg_tokens=4),
         dict(arch='s', out_indices=(3, 5, 7, 11), use_rel_pos=True),
         dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
-             use_rel_pos=True, window_size=2, global_blocks=(3,)),
+             simple_pyramid=False, use_rel_pos=True, window_size=2, global_blocks=(3,)),
     ],
 }
 
