@@ -300,7 +300,8 @@ def all_cases() -> Dict[Tuple[str, str], Case]:
     (test_layouts checks that every registered family with a foreign layout has one)."""
     torch.manual_seed(0)
     cases = {}
-    for build in (swin_cases, pvt_cases, cait_cases):
+    import vit_peers  # imports this module: its cases are built here, not at import
+    for build in (swin_cases, pvt_cases, cait_cases, vit_peers.vit_cases):
         cases.update({(case.family, name): case for name, case in build().items()})
     cases.update({(case.family, 'official (round trip, no peer in the venv)'): case
                   for case in official_round_trip_cases().values()})

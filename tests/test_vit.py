@@ -1,24 +1,17 @@
-"""The plain ViT family (mmvit_ext.VisionTransformer): parameter counts against timm, every
-checkpoint layout against its own implementation on every load path, DINOv2's position-embedding
-interpolation, ViTDet's decomposed relative positions, and refusals.
-
-``pytest -s tests/test_vit.py -k layout`` prints the layout table of max feature differences.
+"""The plain ViT family (mmvit_ext.VisionTransformer): parameter counts against timm, DINOv2's
+position-embedding interpolation, ViTDet's decomposed relative positions, and refusals. Every
+checkpoint layout runs against its own implementation on every load path in test_layouts.py
+(the cases are tests/vit_peers.py; ``pytest -s tests/test_layouts.py -k every_layout`` prints
+the table of max feature differences).
 """
-import re
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-import mmvit_ext  # noqa: F401
+import vit_peers
+from layout_peers import build_ours
 from mmvit_ext.backbones.vit import VisionTransformer, decomposed_rel_pos
-from mmvit_ext.converters import CheckpointError, convert_for_model, unwrap_state_dict
-from mmvit_ext.converters.layouts import detect_layout
-
-pytest.importorskip('timm')
-pytest.importorskip('transformers')
-import vit_peers  # noqa: E402
-from layout_peers import build_ours  # noqa: E402
+from mmvit_ext.converters import CheckpointError
 
 TOL = 1e-4
 
@@ -45,50 +38,6 @@ def test_parameter_counts_match_timm(ours, timm_name, published):
     assert abs(total - published) < 0.005e6
 
 
-@pytest.fixture(scope='module')
-def cases():
-    torch.manual_seed(0)
-    return vit_peers.vit_cases()
-
-
-def test_every_layout_on_init_cfg_and_load_state_dict(cases, tmp_path):
-    rows = []
-    for name, case in cases.items():
-        path = tmp_path / (re.sub(r'\W+', '_', name) + '.pth')
-        torch.save(case.checkpoint, path)
-        x = torch.randn(2, 3, case.image, case.image)
-        via_init = build_ours(case.ours, dict(type='Pretrained', checkpoint=str(path)))
-        via_init.init_weights()
-        assert case.layout in via_init.load_report.layout, (name, via_init.load_report.layout)
-        state = case.checkpoint.get('state_dict', case.checkpoint.get('model', case.checkpoint))
-        via_plain = build_ours(case.ours)
-        via_plain.load_state_dict(state)  # strict: every key accounted for
-        diffs = []
-        for model in (via_init, via_plain):
-            with torch.no_grad():
-                got, want = model.eval()(x), case.features(x)
-            assert len(got) == len(want) == 3, name
-            diffs.append(max((a - b).abs().max().item() for a, b in zip(got, want)))
-        rows.append((name, via_init.load_report.layout, *diffs))
-        assert max(diffs) <= TOL, (name, diffs)
-    print('\n\n| checkpoint (peer implementation) | detected layout | max diff, init_cfg '
-          '| max diff, load_state_dict |\n|---|---|---|---|')
-    for name, layout, a, b in rows:
-        print(f'| {name} | {layout} | {a:.1e} | {b:.1e} |')
-    assert len(rows) == 17
-
-
-def test_layout_converters_are_idempotent(cases):
-    for name, case in cases.items():
-        model = build_ours(case.ours)
-        once, layout = convert_for_model(model, unwrap_state_dict(case.checkpoint))
-        twice, again = convert_for_model(model, once)
-        assert again.startswith('mmvit_ext'), (name, again)
-        assert once.keys() == twice.keys() and all(once[k] is twice[k] for k in once), name
-        converter = detect_layout(unwrap_state_dict(case.checkpoint), 'vit').convert
-        assert converter(once).keys() == once.keys(), name
-
-
 def test_other_families_checkpoints_are_not_ours():
     """CaiT / DeepViT share ``blocks.{i}.attn.qkv``: their files are refused by name."""
     cait = build_ours(dict(type='CaiT', arch=dict(embed_dims=32, depth=2, num_heads=2),
@@ -97,8 +46,9 @@ def test_other_families_checkpoints_are_not_ours():
         build_ours(vit_peers.ours()).load_state_dict(cait.state_dict())
 
 
-def test_no_silent_partial_loads(cases):
-    deit = cases['timm ViT / DeiT'].checkpoint
+def test_no_silent_partial_loads():
+    torch.manual_seed(0)
+    deit = vit_peers.vit_cases()['timm ViT / DeiT'].checkpoint
     wider = build_ours(vit_peers.ours(arch=dict(embed_dims=64, depth=3, num_heads=2)))
     with pytest.raises(CheckpointError, match='shape mismatches'):
         wider.load_state_dict(deit)
