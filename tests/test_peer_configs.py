@@ -3,8 +3,8 @@ changing only the backbone ``type`` to ``mmvit_ext.<Class>``, with the peer's ou
 
 Both backbones are built from the same dict through the peer's own registry (ours is reached by
 its scope) on the meta device and run on a meta 384x384 image: output channels and strides must
-agree. Feature equality given the same weights needs the peers' checkpoint layouts (another
-branch), see :func:`test_features_equal_given_peer_weights`.
+agree; features given the same weights are compared in
+:func:`test_features_equal_given_peer_weights`.
 """
 import copy
 import importlib
@@ -31,7 +31,8 @@ from layout_peers import build_in_scope  # noqa: E402
 PEERS = ('mmdet', 'mmseg', 'mmpretrain')
 # our registered backbones: a peer config whose backbone type has the same class name is built
 # with ours after changing only the type
-OURS = {cls.__name__: f'mmvit_ext.{cls.__name__}' for cls in family_classes().values()}
+OURS = {cls.__name__: f'mmvit_ext.{cls.__name__}' for cls in family_classes().values()
+        if cls.peer_drop_in}
 SIZE = 384  # every stage map >= the largest window (12) in the shipped configs
 
 
@@ -45,7 +46,7 @@ def _shipped_configs() -> List[Tuple[str, str, dict]]:
     config whose backbone type is the class name of one of ours (configs are read only where
     their path names one of our families, e.g. ``swin`` or ``pvtv2``)."""
     found = []
-    families = [family.lower() for family in family_classes()]
+    families = [family.lower() for family, cls in family_classes().items() if cls.peer_drop_in]
     for peer in PEERS:
         root = Path(importlib.import_module(peer).__file__).parent / '.mim' / 'configs'
         for path in sorted(root.rglob('*.py')):

@@ -84,6 +84,9 @@ class BaseBackbone(BaseModule):
     essential_keys: FrozenSet[str] = frozenset()
     optional_keys: FrozenSet[str] = frozenset()
     vocabulary: Vocabulary = Vocabulary()
+    # a peer config whose backbone ``type`` is this class's name builds it after changing only
+    # the type (tests/test_peer_configs.py builds every such shipped config)
+    peer_drop_in: bool = True
     paper_figures: Dict[str, PaperFigures] = {}
     # the official repository's model module and our arch -> its constructor, for
     # tools/analysis/official_parity.py (None: no official code to check against)

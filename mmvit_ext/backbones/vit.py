@@ -151,6 +151,9 @@ class VisionTransformer(PlainViTBase):
             ``drop_path_rate`` ...
     """
 
+    # mmseg's / mmpretrain's VisionTransformer argument names are not mapped to ours: their
+    # configs do not build this class by a type swap (the trunk's mmseg-ViT names still apply)
+    peer_drop_in = False
     family = 'vit'
     arch_zoo = {
         **dict.fromkeys(['ti', 'tiny', 'deit-t', 'deit-tiny', 'deit_tiny'], _vit(192, 12, 3)),
