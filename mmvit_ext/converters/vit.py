@@ -9,13 +9,12 @@ are. Layouts: timm (DeiT, AugReg, MAE fine-tuned, DINOv2 incl. registers), offic
 (and their backbone / classifier wrappers), mmpretrain and mmseg ``VisionTransformer``.
 Classifier heads, poolers, mask tokens and decoders are dropped.
 """
-import re
-from typing import Iterable, Tuple
+from typing import Iterable
 
 import torch
 
-from .layouts import (LAYOUTS, StateDict, has_key, register_init_only, register_layout,
-                      rename_keys)
+from .layouts import (LAYOUTS, StateDict, has_key, merge_qkv, register_init_only,
+                      register_layout, rename_keys)
 
 _HEADS = ('head.', 'head_dist.', 'pooler.', 'classifier.', 'mask_token', 'decoder_')
 _QKV = r'^blocks\.\d+\.attn\.qkv\.weight$'
@@ -23,18 +22,6 @@ _QKV = r'^blocks\.\d+\.attn\.qkv\.weight$'
 
 def _drop(key: str) -> bool:
     return key.startswith(_HEADS)
-
-
-def _merge(state_dict: StateDict, parts: Tuple[str, str, str], merged: str) -> StateDict:
-    """Separate q / k / v projections (key infixes ``parts``) -> one concatenated ``merged``."""
-    out = {}
-    for key, value in state_dict.items():
-        if parts[0] in key:
-            out[key.replace(parts[0], merged)] = torch.cat(
-                [state_dict[key.replace(parts[0], part)] for part in parts], dim=0)
-        elif not any(part in key for part in parts[1:]):
-            out[key] = value
-    return out
 
 
 def _strip(state_dict: StateDict, prefixes: Iterable[str]) -> StateDict:
@@ -130,7 +117,7 @@ _HF_SIGNATURE = r'^(vit\.|dinov2\.)?encoder\.layer\.\d+\.attention\.attention\.q
 
 
 def _hf(state_dict: StateDict, rules) -> StateDict:
-    state_dict = _merge(state_dict, ('.attention.attention.query.', '.attention.attention.key.',
+    state_dict = merge_qkv(state_dict, ('.attention.attention.query.', '.attention.attention.key.',
                                      '.attention.attention.value.'), '.attn.qkv.')
     return rename_keys(state_dict, rules, drop=lambda k: _drop(k) or k.startswith(
         'embeddings.mask_token'))
