@@ -64,6 +64,8 @@ class ViTBlock(nn.Module):
         dim: token channels.
         attn: the attention module, built by the family.
         mlp_ratio: MLP hidden width over ``dim``.
+        mlp: the feed-forward module, built by the family (``None``: an :class:`Mlp` of
+            ``mlp_ratio``).
         layer_scale / mlp_layer_scale: LayerScale init on the two branches (``None``: none).
         scale_adjustment: ``a`` above.
     """
@@ -72,7 +74,8 @@ class ViTBlock(nn.Module):
                  drop_path: float = 0.0, layer_scale: Optional[float] = None,
                  mlp_layer_scale: Optional[float] = None, scale_adjustment: float = 1.0,
                  norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
-                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
+                 act_layer: Callable[[], nn.Module] = nn.GELU,
+                 mlp: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.scale_adjustment = scale_adjustment
         self.norm1 = norm_layer(dim)
@@ -80,7 +83,8 @@ class ViTBlock(nn.Module):
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop) \
+            if mlp is None else mlp
         self.ls2 = LayerScale(dim, mlp_layer_scale) if mlp_layer_scale else nn.Identity()
 
     def scaled(self, x: torch.Tensor) -> torch.Tensor:
@@ -378,29 +382,51 @@ class PlainViTBase(BaseBackbone):
             cls = self.run_block(block, cls, tokens)
         return self.norm(cls)[:, 0]
 
+    def position_embedding(self, hw: Size2) -> torch.Tensor:
+        """(1, num_prefix_tokens + h*w, C): the prefix slots and the grid resized to ``hw``."""
+        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
+
+    def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
+        """The tokens that run through the trunk before the patch tokens, each (B, n, C), given
+        the position embedding's prefix slots ``pos``: the class token where it is in the
+        trunk."""
+        if self.cls_token is None or self.cls_blocks is not None:
+            return []
+        return [self.cls_token.expand(batch, -1, -1) + pos[:, :1]]
+
+    def embed_tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Size2]:
+        """(B, C_in, H, W) -> the trunk's input tokens (prefix tokens first) and the grid."""
+        tokens, hw = self.patch_embed(x)
+        pos = self.position_embedding(hw)
+        prefix = pos.shape[1] - hw[0] * hw[1]
+        tokens = tokens + pos[:, prefix:]
+        extra = self.prefix_tokens(tokens.shape[0], pos[:, :prefix])
+        if extra:
+            tokens = torch.cat([*extra, tokens], dim=1)
+        return self.pos_drop(tokens), hw
+
+    def pooled_output(self, feats: List[torch.Tensor], tokens: torch.Tensor,
+                      num_patches: int) -> torch.Tensor:
+        """The (B, C) output of a non-map ``out_type`` from the output tokens ``feats`` and the
+        trunk's last tokens (the last ``num_patches`` are patch tokens)."""
+        return self.forward_cls_token(tokens)
+
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]
-        tokens, hw = self.patch_embed(x)
-        prefix = self.num_prefix_tokens
-        pos = resize_pos_embed(self.pos_embed, self.grid_size, hw, prefix)
-        tokens = tokens + pos[:, prefix:]
-        if self.cls_token is not None and self.cls_blocks is None:  # class token in the trunk
-            cls = self.cls_token.expand(tokens.shape[0], -1, -1) + pos[:, :prefix]
-            tokens = torch.cat([cls, tokens], dim=1)
-        feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
-        if self.out_type == 'cls_token':
-            return (self.forward_cls_token(tokens),)
-        num_patches = hw[0] * hw[1]  # the class token (with_cls_token) is not a map pixel
+        tokens, hw = self.embed_tokens(x)
+        feats, tokens = self.forward_blocks(tokens, hw)
+        num_patches = hw[0] * hw[1]  # prefix tokens are no map pixels
+        if self.out_type != 'featmap':
+            return (self.pooled_output(feats, tokens, num_patches),)
         maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
         if self.pyramid is None:
             return tuple(maps)
         if len(maps) == 1:
-            maps = maps * len(PYRAMID_SCALES)
+            maps = maps * len(self.strides)
         # ceil as a floor of non-negative sizes: symbolic-size safe, and exact in ONNX (whose
         # integer division truncates, so -(-h // s) would floor the wrong way there)
         sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
         return tuple(self.pyramid(maps, sizes))
-
 
 def plain_attention(dim: int, num_heads: int, common: dict, fused: bool,
                     map_transforms: Sequence[MapTransform] = ()) -> WindowAttention:

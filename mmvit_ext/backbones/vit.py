@@ -17,13 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (PatchEmbed, WindowAttention, fit_window, interpolation_matrix,
+from ..layers import (PatchEmbed, Size2, WindowAttention, fit_window, interpolation_matrix,
                       known_equal, resize_pos_embed)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vocabulary import ConfigError
 
-Size2 = Tuple[int, int]
 VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
 
 
@@ -304,12 +303,11 @@ class VisionTransformer(PlainViTBase):
             attn = WindowAttention(dim, heads, common['window_size'], **options)
         layer_scale = settings.get('layer_scale')
         mlp_ratio = settings.get('mlp_ratio', 4)
-        block = ViTBlock(dim, attn, mlp_ratio, common['drop'], common['drop_path'],
-                         layer_scale=layer_scale, mlp_layer_scale=layer_scale,
-                         norm_layer=partial(nn.LayerNorm, eps=1e-6))
-        if settings.get('ffn', 'mlp') == 'swiglu':
-            block.mlp = SwiGLU(dim, int(dim * mlp_ratio), common['drop'])
-        return block
+        mlp = SwiGLU(dim, int(dim * mlp_ratio), common['drop']) \
+            if settings.get('ffn', 'mlp') == 'swiglu' else None
+        return ViTBlock(dim, attn, mlp_ratio, common['drop'], common['drop_path'],
+                        layer_scale=layer_scale, mlp_layer_scale=layer_scale,
+                        norm_layer=partial(nn.LayerNorm, eps=1e-6), mlp=mlp)
 
     # ---- weights -----------------------------------------------------------------------------
     def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
@@ -355,31 +353,16 @@ class VisionTransformer(PlainViTBase):
                                            self.interpolate_offset)
         return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
 
-    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        height, width = x.shape[2:]
-        tokens, hw = self.patch_embed(x)
-        b = tokens.shape[0]
-        pos = self.position_embedding(hw)
-        tokens = tokens + pos[:, 1:]
-        prefix = []
-        if self.cls_token is not None:
-            prefix.append(self.cls_token.expand(b, -1, -1) + pos[:, :1])
+    def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
+        """The class token (with its position) and the register tokens (without one, as
+        DINOv2 adds them after the position embedding)."""
+        prefix = [self.cls_token.expand(batch, -1, -1) + pos] if self.cls_token is not None else []
         if self.register_tokens is not None:
-            prefix.append(self.register_tokens.expand(b, -1, -1))
-        if prefix:
-            tokens = torch.cat([*prefix, tokens], dim=1)
-        feats, tokens = self.forward_blocks(self.pos_drop(tokens), hw)
-        if self.out_type == 'cls_token':
-            return (feats[-1][:, 0],)
-        num_patches = hw[0] * hw[1]  # class and register tokens are no map pixels
-        if self.out_type == 'avg_featmap':
-            return (self.fc_norm(feats[-1][:, -num_patches:].mean(dim=1)),)
-        maps = [f[:, f.shape[1] - num_patches:].transpose(1, 2).reshape(b, self.embed_dims, *hw)
-                for f in feats]
-        if self.pyramid is None:
-            return tuple(maps)
-        if len(maps) == 1:
-            maps = maps * len(self.strides)
-        sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
-        return tuple(self.pyramid(maps, sizes))
+            prefix.append(self.register_tokens.expand(batch, -1, -1))
+        return prefix
 
+    def pooled_output(self, feats: List[torch.Tensor], tokens: torch.Tensor,
+                      num_patches: int) -> torch.Tensor:
+        if self.out_type == 'avg_featmap':
+            return self.fc_norm(feats[-1][:, -num_patches:].mean(dim=1))
+        return feats[-1][:, 0]
