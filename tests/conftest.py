@@ -32,3 +32,9 @@ def _no_leaked_default_scope():
     yield
     DefaultScope._instance_dict.clear()
     DefaultScope._instance_dict.update(_SCOPES_AT_START)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In CI, print the 25 slowest tests (the suite's time budget is watched there)."""
+    if os.environ.get('CI') and not config.option.durations:
+        config.option.durations = 25
