@@ -29,6 +29,8 @@ def test_every_config_is_named_in_the_model_zoo():
     ('configs/mmseg/fpn_pvtv2_b0_512x512_40k_ade20k.py', True),
     ('configs/mmdet/retinanet_pvtv2_b0_fpn_1x_coco.py', False),
     ('configs/mask_rcnn_pvtv2_b2.py', False),
+    ('configs/mmpretrain/deit_s_in1k.py', True),
+    ('configs/mmdet/mask_rcnn_vit_b_vitdet_1x_coco.py', False),
 ])
 def test_model_zoo_rows_are_what_model_stats_measures(path, with_flops):
     from model_stats import config_stats
