@@ -270,7 +270,7 @@ class VisionTransformer(PlainViTBase):
             arch = dict(arch)
             if 'num_layers' in arch:
                 arch['depth'] = arch.pop('num_layers')
-            if 'feedforward_channels' in arch:
+            if 'feedforward_channels' in arch and 'embed_dims' in arch:
                 arch['mlp_ratio'] = arch.pop('feedforward_channels') / arch['embed_dims']
         return super().resolve_arch(arch)
 
