@@ -12,7 +12,7 @@ import re
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 from unittest import mock
 
 import pytest
@@ -44,14 +44,18 @@ def _peer_registry(peer: str) -> SimpleNamespace:
 def _shipped_configs() -> List[Tuple[str, str, dict]]:
     """(peer, config path relative to its configs folder, backbone dict) for every shipped
     config whose backbone type is the class name of one of ours (configs are read only where
-    their path names one of our families, e.g. ``swin`` or ``pvtv2``)."""
+    their path names one of our families, e.g. ``swin`` or ``pvtv2``, or their text names one
+    of our classes as a type, e.g. mmpretrain's ``deit/*``)."""
     found = []
-    families = [family.lower() for family, cls in family_classes().items() if cls.peer_drop_in]
+    families = [re.sub(r'[^a-z0-9]', '', family.lower())
+                for family, cls in family_classes().items() if cls.peer_drop_in]
+    typed = re.compile(r"type=['\"](\w+\.)?(%s)['\"]" % '|'.join(OURS))
     for peer in PEERS:
         root = Path(importlib.import_module(peer).__file__).parent / '.mim' / 'configs'
         for path in sorted(root.rglob('*.py')):
             name = re.sub(r'[^a-z0-9]', '', str(path.relative_to(root)).lower())
-            if not any(family in name for family in families):
+            if not any(family in name for family in families) and \
+                    not typed.search(path.read_text(errors='ignore')):
                 continue
             try:
                 model = Config.fromfile(str(path)).get('model')
@@ -79,11 +83,18 @@ def _cpu_linspace(*args, **kwargs):
     return _LINSPACE(*args, **{**kwargs, 'device': 'cpu'})
 
 
-def _contract(model: torch.nn.Module, in_channels: int) -> List[Tuple[int, int]]:
-    """(channels, stride) of every output on a meta SIZE x SIZE image."""
+def _shape(out) -> Tuple[int, ...]:
+    """An output's shape; of the map where it comes as ``[map, class token]`` (mmseg)."""
+    return tuple((out[0] if isinstance(out, (list, tuple)) else out).shape)
+
+
+def _contract(model: torch.nn.Module, in_channels: int) -> List[Tuple[int, Optional[int]]]:
+    """(channels, stride) of every output on a meta SIZE x SIZE image; vectors (B, C) and
+    tokens (B, L, C) have no stride."""
     with torch.no_grad():
         outs = model(torch.empty(1, in_channels, SIZE, SIZE, device='meta'))
-    return [(o.shape[1], SIZE // o.shape[-1]) for o in outs]
+    return [(shape[1], SIZE // shape[-1]) if len(shape) == 4 else (shape[-1], None)
+            for shape in map(_shape, outs)]
 
 
 @pytest.fixture(scope='module')
@@ -95,8 +106,11 @@ def built():
 def test_found_every_family():
     peers = {(peer, b['type'].split('.')[-1]) for peer, _, b in CONFIGS}
     assert {('mmdet', 'SwinTransformer'), ('mmseg', 'SwinTransformer'),
-            ('mmpretrain', 'SwinTransformer'), ('mmdet', 'PyramidVisionTransformerV2')} <= peers
-    assert len(CONFIGS) >= 40, len(CONFIGS)
+            ('mmpretrain', 'SwinTransformer'), ('mmdet', 'PyramidVisionTransformerV2'),
+            ('mmseg', 'VisionTransformer'), ('mmpretrain', 'VisionTransformer')} <= peers
+    vit = [path for _, path, b in CONFIGS if b['type'].split('.')[-1] == 'VisionTransformer']
+    assert len(vit) == 78 and sum(path.startswith('deit/') for path in vit) == 4, len(vit)
+    assert len(CONFIGS) >= 108, len(CONFIGS)
 
 
 @pytest.mark.parametrize('peer,path,backbone', CONFIGS, ids=[f'{p}:{c}' for p, c, _ in CONFIGS])
@@ -150,20 +164,58 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize('name', sorted(SMALL))
+_VIT = dict(img_size=64, embed_dims=32, num_layers=3, num_heads=2)
+_VIT_ARCH = dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=96)
+# the peers' ViT settings of the shipped configs, tiny: mmseg's DPT / SETR / UperNet and
+# mmpretrain's classifiers, MAE / CLIP fine-tuning and DINOv2
+VIT_SMALL = {
+    'mmseg-vit-dpt': ('mmseg', dict(type='VisionTransformer', out_indices=(0, 2),
+                                    with_cls_token=True, output_cls_token=True, **_VIT)),
+    'mmseg-vit-setr': ('mmseg', dict(type='VisionTransformer', out_indices=(0, 1, 2),
+                                     with_cls_token=False, interpolate_mode='bilinear',
+                                     norm_cfg=dict(type='LN', eps=1e-6, requires_grad=True),
+                                     **_VIT)),
+    'mmseg-vit-upernet': ('mmseg', dict(type='VisionTransformer', out_indices=(1, 2),
+                                        final_norm=True, pre_norm=True, patch_norm=True,
+                                        **_VIT)),
+    'mmpretrain-vit': ('mmpretrain', dict(type='VisionTransformer', arch=_VIT_ARCH, img_size=64,
+                                          out_indices=(1, 2))),
+    'mmpretrain-vit-mae-clip': ('mmpretrain', dict(
+        type='VisionTransformer', arch=_VIT_ARCH, img_size=64, pre_norm=True,
+        out_type='avg_featmap', final_norm=False)),
+    'mmpretrain-vit-dinov2': ('mmpretrain', dict(
+        type='VisionTransformer', arch=_VIT_ARCH, img_size=56, patch_size=14,
+        layer_scale_init_value=1e-5, layer_cfgs=dict(ffn_type='swiglu_fused'),
+        out_type='featmap', out_indices=(0, 1, 2))),
+    'mmpretrain-vit-raw-no-cls': ('mmpretrain', dict(
+        type='VisionTransformer', arch=_VIT_ARCH, img_size=64, with_cls_token=False,
+        out_type='raw')),
+}
+
+
+def _flat(outs) -> List[torch.Tensor]:
+    """Outputs as tensors (mmseg's ``[map, class token]`` pairs flattened)."""
+    return [t for out in outs for t in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+@pytest.mark.parametrize('name', sorted(SMALL) + sorted(VIT_SMALL))
 def test_features_equal_given_peer_weights(name):
-    """Peer weights loaded into ours (converted on load): the same features (<= 1e-4)."""
-    peer, cfg = SMALL[name]
+    """Peer weights (random) loaded into ours (converted on load): the same features (<= 1e-4)
+    at a size other than the pretraining one (position embeddings resized as the peer does)."""
+    from layout_peers import randomise
+    peer, cfg = {**SMALL, **VIT_SMALL}[name]
     registry = _peer_registry(peer)
     peer_model = registry.build(copy.deepcopy(cfg))
-    peer_model.eval()
+    randomise(peer_model)  # and eval(); some peers' train() returns None
     ours = registry.build(dict(copy.deepcopy(cfg), type=OURS[cfg['type']])).eval()
     ours.load_state_dict(peer_model.state_dict())
     x = torch.randn(1, 3, 256, 288)  # every Swin stage map longer than the window
     with torch.no_grad():
-        for a, b in zip(ours(x), peer_model(x)):
-            assert a.shape == b.shape
-            assert (a - b).abs().max().item() <= 1e-4
+        feats, peer_feats = _flat(ours(x)), _flat(peer_model(x))
+    assert len(feats) == len(peer_feats)
+    for a, b in zip(feats, peer_feats):
+        assert a.shape == b.shape
+        assert (a - b).abs().max().item() <= 1e-4
 
 
 def _to_peer_layout(name: str, ours: torch.nn.Module) -> Dict[str, torch.Tensor]:

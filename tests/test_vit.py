@@ -149,3 +149,21 @@ def test_classifier_outputs():
     assert hw == (4, 5)
     cls = VisionTransformer('deit-t', out_type='cls_token').eval()
     assert cls(x)[0].shape == (2, 192) and cls.strides == (None,)
+
+
+def test_convert_checkpoint_names_and_load_checks_every_layout(tmp_path):
+    """``tools/convert_checkpoint.py`` detects each layout a user holds (the cases of
+    tests/vit_peers.py), converts it and loads the written file back strictly into the
+    architecture it reads off the weights (``infer_arch``)."""
+    import sys
+    from tool_runner import ROOT
+    sys.path.insert(0, str(ROOT / 'tools'))
+    from convert_checkpoint import convert
+    cases = vit_peers.vit_cases()
+    assert len(cases) == 17
+    for name, case in cases.items():
+        src, dst = tmp_path / 'src.pth', tmp_path / 'dst.safetensors'
+        torch.save(case.checkpoint, src)
+        out = convert(str(src), str(dst))
+        assert f'detected layout: {case.layout}' in out, (name, out)
+        assert 'load-checked' in out and 'VisionTransformer' in out, (name, out)

@@ -279,6 +279,9 @@ class BaseBackbone(BaseModule):
         ``strict=False`` allows one that leaves tensors unloaded. Other init types go to
         mmengine."""
         cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [self.init_cfg]
+        if self.init_cfg is not None and not all(isinstance(c, dict) for c in cfgs):
+            raise TypeError(f'{type(self).__name__}: init_cfg must be a dict or a list of dicts, '
+                            f'got {self.init_cfg!r}')
         pretrained = [c for c in cfgs if isinstance(c, dict) and c.get('type') == 'Pretrained']
         others = [c for c in cfgs if c is not None and c not in pretrained]
         if others:

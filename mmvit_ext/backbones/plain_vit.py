@@ -405,28 +405,35 @@ class PlainViTBase(BaseBackbone):
             tokens = torch.cat([*extra, tokens], dim=1)
         return self.pos_drop(tokens), hw
 
-    def pooled_output(self, feats: List[torch.Tensor], tokens: torch.Tensor,
-                      num_patches: int) -> torch.Tensor:
-        """The (B, C) output of a non-map ``out_type`` from the output tokens ``feats`` and the
-        trunk's last tokens (the last ``num_patches`` are patch tokens)."""
-        return self.forward_cls_token(tokens)
+    def token_outputs(self, feats: List[torch.Tensor], tokens: torch.Tensor,
+                      num_patches: int) -> Tuple[torch.Tensor, ...]:
+        """The outputs of a non-map ``out_type`` from the output tokens ``feats`` and the
+        trunk's last tokens (the last ``num_patches`` are patch tokens): the normalised class
+        token."""
+        return (self.forward_cls_token(tokens),)
 
-    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        height, width = x.shape[2:]
-        tokens, hw = self.embed_tokens(x)
-        feats, tokens = self.forward_blocks(tokens, hw)
-        num_patches = hw[0] * hw[1]  # prefix tokens are no map pixels
-        if self.out_type != 'featmap':
-            return (self.pooled_output(feats, tokens, num_patches),)
-        maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
+    def map_outputs(self, maps: List[torch.Tensor], feats: List[torch.Tensor],
+                    image_hw: Size2) -> Tuple[Any, ...]:
+        """The outputs from the maps of ``out_indices`` (and their tokens ``feats``): the maps,
+        or the simple pyramid's levels."""
         if self.pyramid is None:
             return tuple(maps)
         if len(maps) == 1:
             maps = maps * len(self.strides)
         # ceil as a floor of non-negative sizes: symbolic-size safe, and exact in ONNX (whose
         # integer division truncates, so -(-h // s) would floor the wrong way there)
+        height, width = image_hw
         sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
         return tuple(self.pyramid(maps, sizes))
+
+    def forward_features(self, x: torch.Tensor) -> Tuple[Any, ...]:
+        tokens, hw = self.embed_tokens(x)
+        feats, tokens = self.forward_blocks(tokens, hw)
+        num_patches = hw[0] * hw[1]  # prefix tokens are no map pixels
+        if self.out_type != 'featmap':
+            return self.token_outputs(feats, tokens, num_patches)
+        maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
+        return self.map_outputs(maps, feats, x.shape[2:])
 
 def plain_attention(dim: int, num_heads: int, common: dict, fused: bool,
                     map_transforms: Sequence[MapTransform] = ()) -> WindowAttention:

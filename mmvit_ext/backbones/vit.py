@@ -17,13 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (PatchEmbed, Size2, WindowAttention, fit_window, interpolation_matrix,
+from ..layers import (Mlp, PatchEmbed, Size2, WindowAttention, fit_window, interpolation_matrix,
                       known_equal, resize_pos_embed)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
-from .vocabulary import ConfigError
+from .vit_peers import PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args
+from .vocabulary import ConfigError, resolve_peer, translate
 
-VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap')
+VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap', 'raw')
 
 
 def _vit(dim: int, depth: int, heads: int, **extra: Any) -> dict:
@@ -124,7 +125,8 @@ def dinov2_resize_pos_embed(pos_embed: torch.Tensor, src_hw: Size2, dst_hw: Size
 
 @MODELS.register_module()
 class VisionTransformer(PlainViTBase):
-    """Plain ViT backbone (see :class:`PlainViTBase` for windows, global blocks and the pyramid).
+    """Plain ViT backbone (see :class:`PlainViTBase` for windows, global blocks and the pyramid),
+    and a drop-in for mmseg's and mmpretrain's ``VisionTransformer`` (:mod:`.vit_peers`).
 
     Args:
         arch: ``ti s b l h`` (patch 16; aliases ``deit-t deit-s deit-b``, ``mae_b mae_l``,
@@ -134,25 +136,33 @@ class VisionTransformer(PlainViTBase):
             and optional ``mlp_ratio`` (or ``feedforward_channels``), ``patch_size``,
             ``layer_scale``, ``ffn`` (``'mlp'`` / ``'swiglu'``), ``reg_tokens``,
             ``interpolate_offset`` (DINOv2's pos-embed interpolation, 0: size-based),
-            ``img_size`` (the preset's pretraining size: 518 for DINOv2).
+            ``img_size`` (the preset's pretraining size: 518 for DINOv2). Under peer mmpretrain
+            its own preset names mean its presets (``'s'``: 768-dim, 8 blocks).
         patch_size: overrides the preset's patch size.
-        out_type: ``'featmap'`` (NCHW maps), ``'cls_token'`` (the normalised class token,
-            (B, C)), ``'avg_featmap'`` (the mean of the patch tokens through ``fc_norm``).
+        out_type: ``'featmap'`` (NCHW maps), ``'cls_token'`` (the class token, (B, C)),
+            ``'avg_featmap'`` (the mean of the patch tokens through ``fc_norm``), ``'raw'``
+            (all tokens, (B, L, C)); one output per ``out_indices`` entry. ``None``: the peer's
+            (``'cls_token'`` for mmpretrain, else ``'featmap'``).
         with_cls_token: run the class token through the blocks (needs global attention); dense
-            outputs never include it. ``None``: only where the classifier needs it.
+            outputs never include it. ``None``: the peers' ``True``; ours: only where the
+            classifier needs it.
         reg_tokens: register tokens (DINOv2 with registers); ``None``: the preset's (0).
-        final_norm: the last block's tokens pass through ``norm``.
+        final_norm: the last block's tokens pass through ``norm``. ``None``: ``False`` for peer
+            mmseg, else ``True``.
         use_rel_pos: ViTDet's decomposed relative position bias in every block.
-        patch_bias: a bias in the patch projection (mmseg's ViT has none by default).
+        patch_bias: a bias in the patch projection; ``None``: none for peer mmseg, none with
+            ``pre_norm`` (CLIP), else a bias.
         layer_scale: LayerScale init (``None``: the preset's, none for ViT, 1e-5 for DINOv2).
         **kwargs: the trunk's (:class:`PlainViTBase`): ``img_size``, ``out_indices``,
             ``window_size``, ``global_blocks``, ``simple_pyramid`` (default: on for patch 16),
-            ``drop_path_rate`` ...
+            ``drop_path_rate`` ...; and the peers' names (:data:`VIT_VOCABULARY`):
+            ``output_cls_token`` (each map comes as ``[map, class token]``, mmseg), ``pre_norm``
+            (a LayerNorm before the blocks, CLIP), ``patch_norm``, ``norm_cfg`` (its eps),
+            ``interpolate_mode`` (``'bicubic'`` / ``'bilinear'`` position-embedding resizing),
+            ``layer_scale_init_value``, ``layer_cfgs`` (``ffn_type``), ``patch_cfg`` ...
     """
 
-    # mmseg's / mmpretrain's VisionTransformer argument names are not mapped to ours: their
-    # configs do not build this class by a type swap (the trunk's mmseg-ViT names still apply)
-    peer_drop_in = False
+    vocabulary = VIT_VOCABULARY
     family = 'vit'
     arch_zoo = {
         **dict.fromkeys(['ti', 'tiny', 'deit-t', 'deit-tiny', 'deit_tiny'], _vit(192, 12, 3)),
@@ -176,54 +186,80 @@ class VisionTransformer(PlainViTBase):
     paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
 
     def __init__(self, arch: Union[str, dict, None] = None, patch_size: Optional[int] = None,
-                 out_type: str = 'featmap', with_cls_token: Optional[bool] = None,
-                 reg_tokens: Optional[int] = None, final_norm: bool = True,
+                 out_type: Optional[str] = None, with_cls_token: Optional[bool] = None,
+                 reg_tokens: Optional[int] = None, final_norm: Optional[bool] = None,
                  use_rel_pos: bool = False, layer_scale: Optional[float] = None,
-                 patch_bias: bool = True,
-                 simple_pyramid: Optional[bool] = None, window_size: Union[int, str, None] = 'auto',
-                 **kwargs: Any) -> None:
+                 patch_bias: Optional[bool] = None, simple_pyramid: Optional[bool] = None,
+                 window_size: Union[int, str, None] = 'auto', peer: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         name = type(self).__name__
+        peer = resolve_peer(name, peer)
+        defaults = PEER_DEFAULTS[peer]
+        # the peers' names checked once here, before they are read; explicit dims over the arch
+        names = {k: v for k, v in kwargs.items() if k in self.vocabulary.names}
+        _, settings = translate(type(self), dict(arch=peer_arch(arch, peer), init_cfg=init_cfg,
+                                                 peer=peer), names)
+        for key in self.vocabulary.arch_args:
+            kwargs.pop(key, None)
+        options = read_peer_args(peer, kwargs)
+        out_type = defaults['out_type'] if out_type is None else out_type
         if out_type not in VIT_OUT_TYPES:
             raise ValueError(f'{name}: out_type must be one of {VIT_OUT_TYPES}, got {out_type!r}')
-        settings = self.resolve_arch(self.default_arch if arch is None else arch)
         for key, value in (('patch_size', patch_size), ('reg_tokens', reg_tokens),
-                           ('layer_scale', layer_scale)):
+                           ('layer_scale', layer_scale if layer_scale is not None
+                            else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
         patch = int(settings.get('patch_size', 16))
         dense = out_type == 'featmap'
         if with_cls_token is None:
-            with_cls_token = not dense or bool(settings.get('reg_tokens'))
+            with_cls_token = defaults.get('with_cls_token',
+                                          not dense or bool(settings.get('reg_tokens')))
+        final_norm = defaults['final_norm'] if final_norm is None else final_norm
+        window_size = defaults['window_size'] if window_size == 'auto' else window_size
+        simple_pyramid = defaults['simple_pyramid'] if simple_pyramid is None else simple_pyramid
         if not dense:
             window_size, simple_pyramid = None, False
         if simple_pyramid is None:
             simple_pyramid = patch == 16
         window_size = (14 if with_cls_token is False else None) if window_size == 'auto' \
             else window_size
-        self._check_options(settings, out_type, with_cls_token, final_norm, use_rel_pos,
-                            window_size)
+        self.output_cls_token = options['output_cls_token']
+        self._check_options(settings, out_type, with_cls_token, use_rel_pos, window_size,
+                            simple_pyramid)
         self.use_rel_pos = use_rel_pos
-        self.patch_bias = patch_bias
+        self.with_patch_norm = options['patch_norm']
+        self.patch_bias = patch_bias if patch_bias is not None else \
+            options.get('patch_bias', defaults.get('patch_bias', not options['pre_norm']))
+        self.norm_eps = options.get('norm_eps', defaults['norm_eps'])
+        self.interpolate_mode = options['interpolate_mode']
         kwargs.setdefault('img_size', settings.pop('img_size', 224))
         settings.pop('img_size', None)
-        super().__init__(settings, out_type='cls_token' if out_type == 'cls_token' else 'featmap',
-                         simple_pyramid=simple_pyramid, window_size=window_size, **kwargs)
+        kwargs.setdefault('drop_path_rate', defaults['drop_path_rate'])
+        super().__init__(settings, out_type='featmap', simple_pyramid=simple_pyramid,
+                         window_size=window_size, with_cls_token=with_cls_token,
+                         final_norm=final_norm, peer=peer, init_cfg=init_cfg, **kwargs)
         self.out_type = out_type
         self.with_cls_token = with_cls_token
-        if self.cls_token is None and with_cls_token:
-            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
-            nn.init.trunc_normal_(self.cls_token, std=0.02)
         num_reg = int(settings.get('reg_tokens', 0))
         self.register_tokens = nn.Parameter(torch.zeros(1, num_reg, self.embed_dims)) \
             if num_reg else None
         if self.register_tokens is not None:
             nn.init.trunc_normal_(self.register_tokens, std=0.02)
-        if not final_norm:
-            self.norm = None
-        self.fc_norm = nn.LayerNorm(self.embed_dims, eps=1e-6) \
-            if out_type == 'avg_featmap' else None
+        if self.norm is not None:
+            self.norm.eps = self.norm_eps
+        self.norm_pre = self._layer_norm() if options['pre_norm'] else nn.Identity()
+        self.fc_norm = self._layer_norm() if out_type == 'avg_featmap' else None
         self.interpolate_offset = float(settings.get('interpolate_offset', 0.0))
         self._freeze_stages()
+
+    def _layer_norm(self) -> nn.LayerNorm:
+        return nn.LayerNorm(self.embed_dims, eps=self.norm_eps)
+
+    @property
+    def num_layers(self) -> int:
+        """Blocks of the architecture (mmseg's / mmpretrain's name)."""
+        return self.depth
 
     @classmethod
     def resolve_arch(cls, arch: Union[str, dict]) -> dict:
@@ -233,14 +269,14 @@ class VisionTransformer(PlainViTBase):
             arch = dict(arch)
             if 'num_layers' in arch:
                 arch['depth'] = arch.pop('num_layers')
-            if 'feedforward_channels' in arch:
+            if 'feedforward_channels' in arch and 'embed_dims' in arch:
                 arch['mlp_ratio'] = arch.pop('feedforward_channels') / arch['embed_dims']
         return super().resolve_arch(arch)
 
     @classmethod
     def infer_arch(cls, state_dict: StateDict) -> Optional[dict]:
-        """Dims, depth, patch, FFN, LayerScale, registers and the position grid from our-layout
-        weights; the head count (no weight shape holds it) from the preset of the same dims and
+        """Dims, depth, patch, FFN, LayerScale, registers, the position grid and the optional
+        norms / patch bias from our-layout weights; the head count (no weight shape holds it) from the preset of the same dims and
         depth, else 64 channels per head."""
         needed = ('patch_embed.proj.weight', 'blocks.0.mlp.fc1.weight', 'blocks.0.mlp.fc2.weight',
                   'pos_embed')
@@ -260,17 +296,29 @@ class VisionTransformer(PlainViTBase):
         if 'register_tokens' in state_dict:
             arch['reg_tokens'] = state_dict['register_tokens'].shape[1]
         side = math.isqrt(state_dict['pos_embed'].shape[1] - 1)
-        return dict(arch=arch, img_size=patch * side, out_type='cls_token',
-                    use_rel_pos=False) if 'blocks.0.attn.rel_pos_h' not in state_dict else \
-            dict(arch=arch, img_size=patch * side, use_rel_pos=True, with_cls_token=False)
+        layout = dict(arch=arch, img_size=patch * side,
+                      patch_bias='patch_embed.proj.bias' in state_dict,
+                      pre_norm='norm_pre.weight' in state_dict,
+                      patch_norm='patch_embed.norm.weight' in state_dict)
+        if 'blocks.0.attn.rel_pos_h' in state_dict:
+            return dict(layout, use_rel_pos=True, with_cls_token=False)
+        return dict(layout, out_type='cls_token', final_norm='norm.weight' in state_dict)
 
     def _check_options(self, settings: dict, out_type: str, with_cls_token: bool,
-                       final_norm: bool, use_rel_pos: bool, window_size: Optional[int]) -> None:
+                       use_rel_pos: bool, window_size: Optional[int],
+                       simple_pyramid: bool) -> None:
         name = type(self).__name__
         if settings.get('ffn', 'mlp') not in ('mlp', 'swiglu'):
             raise ConfigError(f"{name}: arch ffn must be 'mlp' or 'swiglu', got {settings['ffn']!r}")
         if out_type == 'cls_token' and not with_cls_token:
-            raise ConfigError(f"{name}: out_type='cls_token' needs with_cls_token=True")
+            raise ConfigError(f"{name}: with_cls_token must be True when out_type='cls_token'")
+        if self.output_cls_token and not with_cls_token:
+            raise ConfigError(f'{name}: with_cls_token must be True if output_cls_token=True, '
+                              f'but got {with_cls_token}')
+        if self.output_cls_token and (out_type != 'featmap' or simple_pyramid):
+            raise ConfigError(f"{name}: output_cls_token=True gives [map, class token] pairs of "
+                              f"out_type='featmap' without the simple pyramid "
+                              f"(simple_pyramid=False)")
         if settings.get('reg_tokens') and not with_cls_token:
             raise ConfigError(f'{name}: register tokens come after the class token; use '
                               f'with_cls_token=True (or reg_tokens=0)')
@@ -281,14 +329,12 @@ class VisionTransformer(PlainViTBase):
         if use_rel_pos and with_cls_token:
             raise ConfigError(f'{name}: use_rel_pos=True is for grids of patch tokens only; use '
                               f'with_cls_token=False (ViTDet drops the class token)')
-        if out_type == 'cls_token' and not final_norm:
-            raise ConfigError(f"{name}: final_norm=False is not supported with "
-                              f"out_type='cls_token' (the class token is normalised)")
 
     # ---- trunk hooks -------------------------------------------------------------------------
     def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
-        embed = PatchEmbed(in_channels, self.embed_dims, self.patch_size)
-        if not self.patch_bias:  # mmseg's default (patch_bias=False)
+        norm = partial(nn.LayerNorm, eps=self.norm_eps) if self.with_patch_norm else None
+        embed = PatchEmbed(in_channels, self.embed_dims, self.patch_size, norm_layer=norm)
+        if not self.patch_bias:  # mmseg's default, and CLIP's (pre_norm)
             embed.proj = nn.Conv2d(in_channels, self.embed_dims, self.patch_size,
                                    self.patch_size, bias=False)
         return embed
@@ -303,17 +349,27 @@ class VisionTransformer(PlainViTBase):
             attn = WindowAttention(dim, heads, common['window_size'], **options)
         layer_scale = settings.get('layer_scale')
         mlp_ratio = settings.get('mlp_ratio', 4)
-        mlp = SwiGLU(dim, int(dim * mlp_ratio), common['drop']) \
-            if settings.get('ffn', 'mlp') == 'swiglu' else None
+        hidden = round(dim * mlp_ratio)  # mmpretrain's feedforward_channels, exactly
+        mlp = SwiGLU(dim, hidden, common['drop']) if settings.get('ffn', 'mlp') == 'swiglu' \
+            else Mlp(dim, hidden, drop=common['drop'])
         return ViTBlock(dim, attn, mlp_ratio, common['drop'], common['drop_path'],
                         layer_scale=layer_scale, mlp_layer_scale=layer_scale,
-                        norm_layer=partial(nn.LayerNorm, eps=1e-6), mlp=mlp)
+                        norm_layer=partial(nn.LayerNorm, eps=self.norm_eps), mlp=mlp)
 
     # ---- weights -----------------------------------------------------------------------------
     def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
         """Resize the position embedding (the trunk) and the relative-position tables, linearly
-        as ViTDet does, to this model's window / grid."""
+        as ViTDet does, to this model's window / grid. The position embedding is resized with
+        ``interpolate_mode`` (mmseg's SETR configs: bilinear)."""
+        pos, own_pos = state_dict.get('pos_embed'), self.pos_embed
+        side = math.isqrt(pos.shape[1] - 1) if pos is not None else 0
+        resize_pos = pos is not None and pos.shape != own_pos.shape and \
+            side * side == pos.shape[1] - 1 and pos.shape[-1] == own_pos.shape[-1]
+        if resize_pos:
+            state_dict = dict(state_dict, pos_embed=resize_pos_embed(
+                pos, (side, side), self.grid_size, 1, self.interpolate_mode))
         state_dict, resized = super().adapt_state_dict(state_dict)
+        resized += ['pos_embed'] if resize_pos else []
         own = {k: v for k, v in self.named_parameters() if k.endswith(('rel_pos_h', 'rel_pos_w'))}
         for key, value in own.items():
             given = state_dict.get(key)
@@ -333,15 +389,29 @@ class VisionTransformer(PlainViTBase):
         return prefixes
 
     def output_spec(self) -> List[Tuple[int, Optional[int]]]:
-        if self.out_type == 'avg_featmap':
-            return [(self.embed_dims, None)]
+        if self.out_type != 'featmap':  # vectors (B, C), or raw tokens (B, L, C)
+            return [(self.embed_dims, None)] * len(self.out_indices)
         return super().output_spec()
 
     def layer_depth_groups(self) -> List[Tuple[str, ...]]:
         groups = super().layer_depth_groups()
         return [groups[0] + ('register_tokens',), *groups[1:]]
 
+    def frozen_modules(self) -> List[nn.Module]:
+        """``frozen_stages=k``: the embeddings (patch, position, class / register tokens,
+        ``norm_pre``) and blocks 0..k-1; peer mmpretrain freezes nothing for k = 0 and also the
+        output norms for k = depth."""
+        mmpretrain = self.peer == 'mmpretrain'
+        if self.frozen_stages < 0 or (mmpretrain and self.frozen_stages == 0):
+            return []
+        modules = [*super().frozen_modules(), getattr(self, 'norm_pre', nn.Identity())]
+        if mmpretrain and self.frozen_stages == self.depth:
+            modules += [m for m in (self.norm, getattr(self, 'fc_norm', None)) if m is not None]
+        return modules
+
     def frozen_parameters(self) -> List[nn.Parameter]:
+        if self.peer == 'mmpretrain' and self.frozen_stages == 0:
+            return []
         extra = getattr(self, 'register_tokens', None)
         return super().frozen_parameters() + ([extra] if extra is not None else [])
 
@@ -351,7 +421,12 @@ class VisionTransformer(PlainViTBase):
         if self.interpolate_offset:
             return dinov2_resize_pos_embed(self.pos_embed, self.grid_size, hw,
                                            self.interpolate_offset)
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
+        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens,
+                                self.interpolate_mode)
+
+    def embed_tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Size2]:
+        tokens, hw = super().embed_tokens(x)
+        return self.norm_pre(tokens), hw
 
     def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
         """The class token (with its position) and the register tokens (without one, as
@@ -361,8 +436,18 @@ class VisionTransformer(PlainViTBase):
             prefix.append(self.register_tokens.expand(batch, -1, -1))
         return prefix
 
-    def pooled_output(self, feats: List[torch.Tensor], tokens: torch.Tensor,
-                      num_patches: int) -> torch.Tensor:
-        if self.out_type == 'avg_featmap':
-            return self.fc_norm(feats[-1][:, -num_patches:].mean(dim=1))
-        return feats[-1][:, 0]
+    def token_outputs(self, feats: List[torch.Tensor], tokens: torch.Tensor,
+                      num_patches: int) -> Tuple[torch.Tensor, ...]:
+        """Per output index: the tokens (``'raw'``), the class token or the patch tokens'
+        mean through ``fc_norm``."""
+        if self.out_type == 'raw':
+            return tuple(feats)
+        if self.out_type == 'cls_token':
+            return tuple(f[:, 0] for f in feats)
+        return tuple(self.fc_norm(f[:, -num_patches:].mean(dim=1)) for f in feats)
+
+    def map_outputs(self, maps: List[torch.Tensor], feats: List[torch.Tensor],
+                    image_hw: Size2) -> Tuple[Any, ...]:
+        if self.output_cls_token:  # mmseg: [map, class token] per output
+            return tuple([m, f[:, 0]] for m, f in zip(maps, feats))
+        return super().map_outputs(maps, feats, image_hw)

@@ -106,7 +106,10 @@ class Vocabulary:
 
 
 def to_pair(name: str, owner: str, value: Any) -> Tuple[int, int]:
-    """``224``, ``(224,)`` or ``(224, 224)`` -> (H, W); anything else is a :class:`ConfigError`."""
+    """``224``, ``(224,)`` or ``(224, 224)`` -> (H, W); a value of another type is a
+    ``TypeError`` (as the peers raise), a sequence of another length a :class:`ConfigError`."""
+    if not isinstance(value, (int, Sequence)) or isinstance(value, (bool, str)):
+        raise TypeError(f'{owner}: {name} must be an int or an (H, W) pair, got {value!r}')
     if pair_check(value) is not None:
         raise ConfigError(f'{owner}: {name}={value!r} is not supported; use an int or an (H, W) '
                           f'pair')
@@ -134,12 +137,12 @@ def pretrained_to_init_cfg(owner: str, pretrained: Any, init_cfg: Any) -> Any:
     """The peers' ``pretrained=PATH`` as ``init_cfg=dict(type='Pretrained', checkpoint=PATH)``."""
     if pretrained is None:
         return init_cfg
+    if init_cfg is not None:  # checked first, as the peers assert it first
+        raise ConfigError(f'{owner}: pretrained={pretrained!r} and init_cfg={init_cfg!r} both '
+                          f'given; use only init_cfg=dict(type=\'Pretrained\', checkpoint=...)')
     if not isinstance(pretrained, str):
         raise TypeError(f'{owner}: pretrained must be a checkpoint path/URL (str) or None, got '
                         f'{pretrained!r}')
-    if init_cfg is not None:
-        raise ConfigError(f'{owner}: pretrained={pretrained!r} and init_cfg={init_cfg!r} both '
-                          f'given; use only init_cfg=dict(type=\'Pretrained\', checkpoint=...)')
     return dict(type='Pretrained', checkpoint=pretrained)
 
 

@@ -22,6 +22,11 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used, with the reason and the file named."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint file that does not exist: also the ``OSError`` that ``torch.load`` and the
+    peers' loaders raise."""
+
+
 def is_url(path: Any) -> bool:
     return isinstance(path, str) and path.startswith(('http://', 'https://'))
 
@@ -68,7 +73,7 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cp
     """
     path = resolve_checkpoint(path)
     if not path.is_file():
-        raise CheckpointError(f'checkpoint file not found: {path}')
+        raise CheckpointNotFoundError(f'checkpoint file not found: {path}')
     if path.stat().st_size == 0:
         raise CheckpointError(f'checkpoint file is empty (0 bytes): {path}')
     if path.suffix == '.safetensors':

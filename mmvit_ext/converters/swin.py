@@ -158,7 +158,9 @@ register_layout('mmvit_ext 0.1 Swin', 'swin', _V1_TABLE.pattern, convert_mmvit_e
 register_layout('OpenMMLab Swin (mmdet / mmseg / mmpretrain)', 'swin',
                 r'^stages\.\d+\.blocks\.\d+\.attn\.w_msa\.' + _TABLE + '$', convert_openmmlab_swin)
 register_layout('Hugging Face transformers Swin (SwinModel / SwinBackbone)', 'swin',
-                r'^(swin\.)?embeddings\.patch_embeddings\.projection\.weight$', convert_hf_swin)
+                r'^(swin\.)?embeddings\.patch_embeddings\.projection\.weight$', convert_hf_swin,
+                # HF ViT / DINOv2 share the patch embedding key; Swin's stages are encoder.layers
+                detect=lambda sd: has_key(sd, r'^(swin\.)?encoder\.layers\.\d+\.blocks\.'))
 register_layout('timm Swin (timm.models.swin_transformer)', 'swin', _OFFICIAL_TABLE.pattern,
                 convert_timm_swin, detect=is_timm_swin)
 register_layout('official Swin (microsoft/Swin-Transformer)', 'swin', _OFFICIAL_TABLE.pattern,

@@ -2,7 +2,8 @@
 
 Ours is timm's ``VisionTransformer`` without a head (``patch_embed.proj``, ``cls_token``,
 ``pos_embed`` with the class-token slot, ``blocks.{i}.{norm1,attn.qkv,attn.proj,ls1.gamma,norm2,
-mlp.fc1,mlp.fc2,ls2.gamma}``, ``norm``, ``fc_norm``) with DINOv2's ``register_tokens``. So the
+mlp.fc1,mlp.fc2,ls2.gamma}``, ``norm``, ``fc_norm``, CLIP's ``norm_pre``) with DINOv2's
+``register_tokens``. So the
 official MAE encoder files (``mae_pretrain_vit_*.pth``) and headless timm files are ours as they
 are. Layouts: timm (DeiT, AugReg, MAE fine-tuned, DINOv2 incl. registers), official DINOv2
 (facebookresearch/dinov2), official MAE with the decoder, Hugging Face ``ViTModel`` / ``Dinov2Model``
@@ -159,6 +160,7 @@ _OPENMMLAB = (
     (r'\.ffn\.w3\.', '.mlp.fc2.'),
     (r'^ln1\.', 'norm.'),                               # final norm
     (r'^ln2\.', 'fc_norm.'),                            # mmpretrain avg_featmap norm
+    (r'^(pre_norm|ln_pre)\.', 'norm_pre.'),             # mmpretrain / mmseg pre_norm (CLIP)
 )
 
 
@@ -167,10 +169,16 @@ def convert_openmmlab_vit(state_dict: StateDict) -> StateDict:
     norm2``, mmseg's ``attn.attn.in_proj / out_proj`` -> ``attn.qkv / proj`` (same q, k, v
     order), ``ffn.layers.0.0 / 1`` (or SwiGLU ``w12 / w3``) -> ``mlp.fc1 / fc2``, LayerScale
     ``gamma1 / 2.weight`` -> ``ls1 / 2.gamma``, final ``ln1`` -> ``norm``, ``ln2`` ->
-    ``fc_norm``. Their ``pre_norm`` (CLIP) has no counterpart and is refused at loading."""
+    ``fc_norm``, ``pre_norm`` (mmpretrain) / ``ln_pre`` (mmseg) -> ``norm_pre``. An mmpretrain
+    model without a class token has no class-token slot in ``pos_embed``: a zero slot is put
+    back (ours always has it)."""
     if not has_key(state_dict, r'^layers\.\d+\.(attn\.qkv|attn\.attn\.in_proj_)'):
         return dict(state_dict)
-    return rename_keys(state_dict, _OPENMMLAB, drop=_drop)
+    out = rename_keys(state_dict, _OPENMMLAB, drop=_drop)
+    pos = out.get('pos_embed')
+    if pos is not None and 'cls_token' not in out:
+        out['pos_embed'] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
+    return out
 
 
 def is_ours(state_dict: StateDict) -> bool:

@@ -1,0 +1,142 @@
+"""The peers' plain ViT, as facts of our ``VisionTransformer`` family: mmseg's and mmpretrain's
+``VisionTransformer`` argument names, mmpretrain's arch table, and each peer's defaults.
+
+A config of either peer builds ours after changing only ``type``. Where the peers give a name or
+a default different meanings (mmpretrain's ``arch='s'`` is 768-dim with 8 blocks, ours 384-dim;
+its ``frozen_stages=0`` freezes nothing; mmseg has no final norm, no patch bias and LayerNorm
+eps 1e-5 by default), the meaning follows the peer rule (docs/peer_semantics.md).
+"""
+from numbers import Number
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+from .plain_vit import MMSEG_VIT_VOCABULARY
+from .vocabulary import GELU, OURS, Vocabulary, equals
+
+
+def _vit(dim: int, depth: int, heads: int, hidden: int) -> dict:
+    return dict(embed_dims=dim, depth=depth, num_heads=heads, mlp_ratio=hidden / dim)
+
+
+# mmpretrain VisionTransformer.arch_zoo (v1.2) in our keys; its names win under peer mmpretrain
+MMPRETRAIN_ARCHS: Dict[str, dict] = {
+    **dict.fromkeys(['s', 'small'], _vit(768, 8, 8, 768 * 3)),
+    **dict.fromkeys(['b', 'base'], _vit(768, 12, 12, 3072)),
+    **dict.fromkeys(['l', 'large'], _vit(1024, 24, 16, 4096)),
+    **dict.fromkeys(['h', 'huge'], _vit(1280, 32, 16, 5120)),
+    **dict.fromkeys(['eva-g', 'eva-giant'], _vit(1408, 40, 16, 6144)),
+    **dict.fromkeys(['deit-t', 'deit-tiny'], _vit(192, 12, 3, 192 * 4)),
+    **dict.fromkeys(['deit-s', 'deit-small', 'dinov2-s', 'dinov2-small'], _vit(384, 12, 6, 1536)),
+    **dict.fromkeys(['deit-b', 'deit-base'], _vit(768, 12, 12, 3072)),
+    **dict.fromkeys(['dinov2-g', 'dinov2-giant'], _vit(1536, 40, 24, 6144)),
+}
+
+# defaults where the peers differ; an explicit argument always wins
+PEER_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    # ours: dense maps through the simple pyramid, windows when the class token is out
+    OURS: dict(out_type='featmap', final_norm=True, norm_eps=1e-6, drop_path_rate=0.1,
+               window_size='auto', simple_pyramid=None),
+    'mmdet': dict(out_type='featmap', final_norm=True, norm_eps=1e-6, drop_path_rate=0.1,
+                  window_size='auto', simple_pyramid=None),
+    # mmseg VisionTransformer: class token in the trunk, stride-16 maps, no final norm, no
+    # patch bias, nn.LayerNorm's eps
+    'mmseg': dict(out_type='featmap', with_cls_token=True, final_norm=False, patch_bias=False,
+                  norm_eps=1e-5, drop_path_rate=0.0, window_size=None, simple_pyramid=False),
+    # mmpretrain VisionTransformer: the classifier trunk
+    'mmpretrain': dict(arch='base', out_type='cls_token', with_cls_token=True, final_norm=True,
+                       norm_eps=1e-6, drop_path_rate=0.0, window_size=None,
+                       simple_pyramid=False),
+}
+
+
+def peer_arch(arch: Union[str, dict, None], peer: str) -> Union[str, dict, None]:
+    """mmpretrain's preset names mean its presets under peer mmpretrain (others: ours)."""
+    default = PEER_DEFAULTS[peer].get('arch', arch)
+    arch = default if arch is None else arch
+    if peer == 'mmpretrain' and isinstance(arch, str) and arch.lower() in MMPRETRAIN_ARCHS:
+        return dict(MMPRETRAIN_ARCHS[arch.lower()])
+    return arch
+
+
+def _bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    return None if isinstance(value, bool) else 'True or False'
+
+
+def _layer_norm(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """``norm_cfg``: LayerNorm with any eps (its eps is used), trainable."""
+    ok = isinstance(value, Mapping) and str(value.get('type', '')).upper() == 'LN' and \
+        set(value) <= {'type', 'eps', 'requires_grad'} and value.get('requires_grad', True) \
+        is True and isinstance(value.get('eps', 1e-5), Number)
+    return None if ok else "dict(type='LN', eps=...) (LayerNorm, trainable)"
+
+
+def _interpolate(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    return None if value in ('bicubic', 'bilinear') else "'bicubic' or 'bilinear'"
+
+
+def _scale(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    ok = isinstance(value, Number) and not isinstance(value, bool) and value >= 0
+    return None if ok else 'a LayerScale init value >= 0 (0: no LayerScale)'
+
+
+FFN_TYPES = {'origin': 'mlp', 'swiglu_fused': 'swiglu'}
+
+
+def _layer_cfgs(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """mmpretrain ``layer_cfgs``: only ``ffn_type``, the same for every layer."""
+    layers = [value] if isinstance(value, Mapping) else value
+    if not isinstance(layers, Sequence) or not all(isinstance(c, Mapping) for c in layers):
+        return 'a dict or a list of dicts'
+    if any(set(c) - {'ffn_type'} or c.get('ffn_type', 'origin') not in FFN_TYPES
+           for c in layers) or len({c.get('ffn_type', 'origin') for c in layers}) > 1:
+        return f'only dict(ffn_type=...) with ffn_type in {sorted(FFN_TYPES)}, the same for ' \
+               f'every layer'
+    return None
+
+
+_PATCH_CFG_KEYS = {'conv_type': 'Conv2d', 'padding': 'corner', 'dilation': 1, 'norm_cfg': None}
+
+
+def _patch_cfg(value: Any, args: Dict[str, Any]) -> Optional[str]:
+    """mmpretrain ``patch_cfg``: keys restating the non-overlapping patch projection."""
+    if not isinstance(value, Mapping):
+        return 'a dict'
+    bad = {k: v for k, v in value.items() if k in _PATCH_CFG_KEYS and _PATCH_CFG_KEYS[k] != v
+           or k not in _PATCH_CFG_KEYS and k != 'bias'}
+    return None if not bad else f'only {_PATCH_CFG_KEYS} and bias (use patch_size / patch_bias)'
+
+
+# mmseg's and mmpretrain's VisionTransformer names (the trunk's mmseg names, extended)
+VIT_VOCABULARY = Vocabulary(
+    arch_args=MMSEG_VIT_VOCABULARY.arch_args,
+    checks={**MMSEG_VIT_VOCABULARY.checks,
+            'output_cls_token': _bool, 'patch_norm': _bool, 'pre_norm': _bool,
+            'norm_cfg': _layer_norm, 'interpolate_mode': _interpolate,
+            'layer_scale_init_value': _scale, 'layer_cfgs': _layer_cfgs,
+            'patch_cfg': _patch_cfg, 'act_cfg': GELU, 'patch_pad': equals('corner', "'corner'")})
+VIT_OWN_NAMES = ('output_cls_token', 'patch_norm', 'pre_norm', 'norm_cfg', 'interpolate_mode',
+                 'layer_scale_init_value', 'layer_cfgs', 'patch_cfg')
+
+
+def read_peer_args(peer: str, peer_args: Dict[str, Any]) -> Dict[str, Any]:
+    """Pop the names above from ``peer_args`` (already checked) into our settings."""
+    got = {name: peer_args.pop(name) for name in VIT_OWN_NAMES if name in peer_args}
+    pre_norm = got.get('pre_norm', False)
+    settings = dict(output_cls_token=got.get('output_cls_token', False),
+                    patch_norm=got.get('patch_norm', False), pre_norm=pre_norm,
+                    interpolate_mode=got.get('interpolate_mode', 'bicubic'))
+    if 'norm_cfg' in got:
+        settings['norm_eps'] = got['norm_cfg'].get('eps', 1e-5)
+    if got.get('layer_scale_init_value'):
+        settings['layer_scale'] = float(got['layer_scale_init_value'])
+    cfgs = got.get('layer_cfgs')
+    if cfgs:
+        first = cfgs if isinstance(cfgs, Mapping) else cfgs[0]
+        settings['ffn'] = FFN_TYPES[first.get('ffn_type', 'origin')]
+    if 'bias' in got.get('patch_cfg', {}):
+        settings['patch_bias'] = bool(got['patch_cfg']['bias'])
+    elif peer == 'mmpretrain':  # mmpretrain: no patch bias with pre_norm (CLIP)
+        settings['patch_bias'] = not pre_norm
+    return settings
+
+
+__all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'peer_arch', 'read_peer_args']
