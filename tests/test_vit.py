@@ -167,3 +167,35 @@ def test_convert_checkpoint_names_and_load_checks_every_layout(tmp_path):
         out = convert(str(src), str(dst))
         assert f'detected layout: {case.layout}' in out, (name, out)
         assert 'load-checked' in out and 'VisionTransformer' in out, (name, out)
+
+
+@pytest.mark.parametrize('peer', ['mmvit_ext', 'mmseg', 'mmpretrain'])
+def test_peer_semantics_follow_the_rule(peer):
+    """The peer's meaning of arch names, defaults and frozen_stages (docs/vit.md), whichever
+    names are given; the same by peer= as by the default scope (tests/test_peer_configs.py)."""
+    with torch.device('meta'):
+        small = VisionTransformer('s', peer=peer)
+    assert (small.embed_dims, small.depth, small.blocks[0].mlp.fc1.out_features) == \
+        ((768, 8, 2304) if peer == 'mmpretrain' else (384, 12, 1536))
+    arch = dict(embed_dims=32, num_layers=3, num_heads=2)
+
+    def frozen(k: int) -> set:
+        model = VisionTransformer(arch, img_size=32, frozen_stages=k, out_type='avg_featmap',
+                                  peer=peer)
+        return {n.split('.')[0] for n, p in model.named_parameters() if not p.requires_grad}
+    embeddings = {'patch_embed', 'pos_embed', 'cls_token'}
+    if peer == 'mmpretrain':
+        assert frozen(0) == set() and frozen(2) == embeddings | {'blocks'}
+        assert frozen(3) == embeddings | {'blocks', 'norm', 'fc_norm'}
+    else:
+        assert frozen(0) == embeddings and frozen(3) == embeddings | {'blocks'}
+    model = VisionTransformer(arch, img_size=32, peer=peer)
+    (out, *rest) = model(torch.randn(1, 3, 48, 64))
+    eps = model.blocks[0].norm1.eps
+    if peer == 'mmseg':  # stride-16 map, no final norm, no patch bias, nn.LayerNorm's eps
+        assert out.shape == (1, 32, 3, 4) and model.norm is None and eps == 1e-5
+        assert model.patch_embed.proj.bias is None and model.cls_token is not None
+    elif peer == 'mmpretrain':  # the normalised class token
+        assert out.shape == (1, 32) and model.norm is not None and eps == 1e-6
+    else:  # the simple pyramid
+        assert [o.shape[-1] for o in (out, *rest)] == [16, 8, 4, 2] and model.cls_token is None

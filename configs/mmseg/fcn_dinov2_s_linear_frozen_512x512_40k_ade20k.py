@@ -16,6 +16,8 @@ model = dict(
         simple_pyramid=False,
         final_norm=False,
         frozen_stages=12,
+        patch_bias=True,  # the timm / official weights' (mmseg's default: none)
+        norm_cfg=dict(type='LN', eps=1e-6),  # theirs (mmseg's default: 1e-5)
         drop_path_rate=0.0,
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/dinov2_vits14_pretrain.pth')),
     neck=None,

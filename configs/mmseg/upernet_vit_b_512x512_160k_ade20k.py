@@ -19,4 +19,6 @@ model = dict(
         simple_pyramid=False,
         final_norm=False,
         drop_path_rate=0.0,
+        patch_bias=True,  # the timm / official weights' (mmseg's default: none)
+        norm_cfg=dict(type='LN', eps=1e-6),  # theirs (mmseg's default: 1e-5)
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/vit_base_patch16_224.pth')))

@@ -21,7 +21,8 @@ from ..layers import (Mlp, PatchEmbed, Size2, WindowAttention, fit_window, inter
                       known_equal, resize_pos_embed)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
-from .vit_peers import PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args
+from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
+                        resolve_layout)
 from .vocabulary import ConfigError, resolve_peer, translate
 
 VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap', 'raw')
@@ -210,20 +211,9 @@ class VisionTransformer(PlainViTBase):
                             else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
-        patch = int(settings.get('patch_size', 16))
-        dense = out_type == 'featmap'
-        if with_cls_token is None:
-            with_cls_token = defaults.get('with_cls_token',
-                                          not dense or bool(settings.get('reg_tokens')))
-        final_norm = defaults['final_norm'] if final_norm is None else final_norm
-        window_size = defaults['window_size'] if window_size == 'auto' else window_size
-        simple_pyramid = defaults['simple_pyramid'] if simple_pyramid is None else simple_pyramid
-        if not dense:
-            window_size, simple_pyramid = None, False
-        if simple_pyramid is None:
-            simple_pyramid = patch == 16
-        window_size = (14 if with_cls_token is False else None) if window_size == 'auto' \
-            else window_size
+        with_cls_token, final_norm, window_size, simple_pyramid = resolve_layout(
+            defaults, settings, out_type, with_cls_token, final_norm, window_size,
+            simple_pyramid)
         self.output_cls_token = options['output_cls_token']
         self._check_options(settings, out_type, with_cls_token, use_rel_pos, window_size,
                             simple_pyramid)

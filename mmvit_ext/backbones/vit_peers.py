@@ -7,7 +7,7 @@ its ``frozen_stages=0`` freezes nothing; mmseg has no final norm, no patch bias 
 eps 1e-5 by default), the meaning follows the peer rule (docs/peer_semantics.md).
 """
 from numbers import Number
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .plain_vit import MMSEG_VIT_VOCABULARY
 from .vocabulary import GELU, OURS, Vocabulary, equals
@@ -55,6 +55,29 @@ def peer_arch(arch: Union[str, dict, None], peer: str) -> Union[str, dict, None]
     if peer == 'mmpretrain' and isinstance(arch, str) and arch.lower() in MMPRETRAIN_ARCHS:
         return dict(MMPRETRAIN_ARCHS[arch.lower()])
     return arch
+
+
+def resolve_layout(defaults: Dict[str, Any], settings: Dict[str, Any], out_type: str,
+                   with_cls_token: Optional[bool], final_norm: Optional[bool],
+                   window_size: Union[int, str, None], simple_pyramid: Optional[bool]
+                   ) -> Tuple[bool, bool, Optional[int], bool]:
+    """Class token, final norm, window and pyramid: explicit values, else the peer's defaults
+    (``defaults``); ours: windows of 14 when the class token is out, the simple pyramid for
+    patch 16. Classifier outputs attend globally, without the pyramid."""
+    dense = out_type == 'featmap'
+    if with_cls_token is None:
+        with_cls_token = defaults.get('with_cls_token',
+                                      not dense or bool(settings.get('reg_tokens')))
+    final_norm = defaults['final_norm'] if final_norm is None else final_norm
+    window_size = defaults['window_size'] if window_size == 'auto' else window_size
+    simple_pyramid = defaults['simple_pyramid'] if simple_pyramid is None else simple_pyramid
+    if not dense:
+        window_size, simple_pyramid = None, False
+    if simple_pyramid is None:
+        simple_pyramid = int(settings.get('patch_size', 16)) == 16
+    if window_size == 'auto':
+        window_size = 14 if with_cls_token is False else None
+    return with_cls_token, final_norm, window_size, simple_pyramid
 
 
 def _bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
@@ -139,4 +162,5 @@ def read_peer_args(peer: str, peer_args: Dict[str, Any]) -> Dict[str, Any]:
     return settings
 
 
-__all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'peer_arch', 'read_peer_args']
+__all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'peer_arch', 'read_peer_args',
+           'resolve_layout']
