@@ -27,9 +27,9 @@ from ..layers.attention import fold_leading
 from ..layers.attention import map_attention as map_attention_portable
 from ..layers.map_transforms import RefinerMap
 
-# Expanded-map elements per chunk (4 MB in float32), measured on a 2-core EPYC; at least
-# REFINER_MIN_ROWS rows per chunk so the halo rows stay a small share of the work.
-REFINER_CHUNK_ELEMENTS = 2 ** 21
+# Expanded-map elements per chunk (16 MB in float32: 16-32 rows of a 3800-token map measured
+# fastest on a 2-core EPYC), and at least REFINER_MIN_ROWS rows so halo rows stay a small share.
+REFINER_CHUNK_ELEMENTS = 2 ** 22
 REFINER_MIN_ROWS = 16
 # oneDNN's channels-last depthwise kernel vectorises 16 channels at a time: 36 channels run a
 # slow generic path (15x slower, measured), so the expanded maps get zero channels up to 48.
@@ -110,19 +110,22 @@ def _refined_chunks(refiner: nn.Module, maps: torch.Tensor
     rows = maps.shape[-2]
     w = folded_weights(refiner)
     hidden, halo = w['dw'].shape[0], w['dw'].shape[-1] // 2
+    used = refiner.depth_sep_conv.out_channels  # the rest are the zero padding channels
     chunks = list(_chunks(maps, hidden))
     # buffers reused by every chunk: a fresh multi-megabyte tensor per chunk costs page faults
-    # on first touch, several times the product written into it (measured)
+    # on first touch, several times the product written into it (measured). The padding
+    # channels of ``expanded`` stay zero: the products skip them, bias and clamp keep them 0.
     largest = max((i.stop - i.start) * (min(stop + halo, rows) - max(start - halo, 0))
                   for i, start, stop in chunks) * maps.shape[-1]
-    expanded, refined = maps.new_empty(largest * hidden), maps.new_empty(largest * maps.shape[1])
+    expanded, refined = maps.new_zeros(largest * hidden), maps.new_empty(largest * maps.shape[1])
     for index, start, stop in chunks:
         first, last = max(start - halo, 0), min(stop + halo, rows)
-        x = maps[index, :, first:last]
-        count, heads, height, width = x.shape
+        source = maps[index, :, first:last]
+        count, heads, height, width = source.shape
         # (count, rows * cols, hidden) row-major: a channels-last image, as oneDNN wants it
-        x = torch.matmul(x.reshape(count, heads, -1).transpose(1, 2), w['exp'].t(),
-                         out=expanded[:count * height * width * hidden].view(count, -1, hidden))
+        x = expanded[:count * height * width * hidden].view(count, -1, hidden)
+        torch.matmul(source.reshape(count, heads, -1).transpose(1, 2), w['exp'][:used].t(),
+                     out=x[..., :used])
         x = x.add_(w['exp_bias'])
         if refiner.expand:
             x = x.clamp_(0, 6)
@@ -134,8 +137,8 @@ def _refined_chunks(refiner: nn.Module, maps: torch.Tensor
         out = refined[:center.numel()].view(center.shape)
         torch.addcmul(w['pro_bias'].view(-1, 1, 1), center, w['residual_gain'].view(-1, 1, 1),
                       out=out)
-        out.view(count, heads, -1).baddbmm_(w['pro'].expand(count, heads, hidden),
-                                            x.transpose(1, 2))
+        out.view(count, heads, -1).baddbmm_(w['pro'][:, :used].expand(count, heads, used),
+                                            x[..., :used].transpose(1, 2))
         yield index, start, stop, out
 
 
