@@ -36,7 +36,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     (3, 5, (1, 2, 40, 40)),      # a global map cut into row chunks with a 2-row halo
     (1, 3, (1, 4, 33, 21)),      # no expansion
 ])
-@pytest.mark.parametrize('chunk', [2 ** 10, 2 ** 21])
+@pytest.mark.parametrize('chunk', [2 ** 12, 2 ** 21])
 def test_refiner_kernel_matches_module(expand_ratio, kernel_size, shape, chunk, monkeypatch):
     monkeypatch.setattr(cpu_refiner, 'REFINER_CHUNK_ELEMENTS', chunk)
     monkeypatch.setattr(cpu_refiner, 'REFINER_MIN_ROWS', 3)
