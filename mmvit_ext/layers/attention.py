@@ -14,7 +14,7 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
   reuses a carried map instead of computing one): post-softmax transforms, ``attn_map``,
   dropout, ``attn @ v``.
 
-The final map always passes through ``attn_map`` (an Identity) for analysis hooks. The first two
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. All three
 honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: that is how
 :mod:`mmvit_ext.ops` substitutes CPU kernels with the same semantics. Nothing here depends on
 the device; :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
@@ -106,6 +106,10 @@ def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                   ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """``attn @ v`` for probabilities ``attn`` (..., H, N, M): the post-softmax transforms,
     ``attn_map``, dropout; with ``return_map``, ``(out, map before dropout)``."""
+    if has_torch_function((attn, v)):
+        return handle_torch_function(map_attention, (attn, v), attn, v, dropout_p=dropout_p,
+                                     transforms=transforms, attn_map=attn_map,
+                                     return_map=return_map)
     for transform in transforms:
         if transform.stage == POST_SOFTMAX:
             attn = transform(attn)

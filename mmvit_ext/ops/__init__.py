@@ -13,13 +13,18 @@ call in the model code                          CPU kernel (where it applies, el
                                                 the producer's input instead (:mod:`.cpu_mlp`)
 ``F.layer_norm``, ``F.gelu``                    the same op, output tagged for ``F.linear``
 ``layers.scaled_dot_product_attention``         small-map kernel (:mod:`.cpu_attention`)
-``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`)
+``layers.explicit_attention``                   query chunks at inference (:mod:`.cpu_attention`);
+                                                a map carried on, in row chunks
+                                                (:mod:`.cpu_refiner`)
+``layers.map_attention``                        a Refiner map in row chunks at inference, each
+                                                applied to the values (:mod:`.cpu_refiner`)
 ==============================================  =============================================
 
 Module kernels (:data:`MODULE_KERNELS`) stand in for the ``forward`` of a layer type while a
 forward runs inside :func:`call`; they run the module's own forward (:func:`.cpu_mlp.mlp_kernel`
 for ``Mlp`` / ``ConvMlp``: GELU outputs into a reused buffer in training, row chunks at
-inference).
+inference; :func:`.cpu_refiner.refiner_kernel` for ``RefinerMap``: BatchNorms folded,
+channels-last, row chunks at inference).
 
 ``mmvit_ext.flags.kernels('portable')`` (or ``MMVIT_EXT_KERNELS=portable`` in the environment)
 turns every kernel off: CPU then runs exactly the code a GPU runs.
@@ -35,9 +40,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .. import flags
-from ..layers.attention import explicit_attention, scaled_dot_product_attention
+from ..layers.attention import (explicit_attention, map_attention,
+                                scaled_dot_product_attention)
+from ..layers.map_transforms import RefinerMap
 from ..layers.mlp import ConvMlp, Mlp
-from . import cpu_attention, cpu_gemm, cpu_mlp
+from . import cpu_attention, cpu_gemm, cpu_mlp, cpu_refiner
 
 _active = threading.local()
 
@@ -48,16 +55,25 @@ def _linear(*args: Any, **kwargs: Any) -> Any:
     return cpu_gemm.linear(*args, **kwargs) if out is NotImplemented else out
 
 
+def _explicit_attention(*args: Any, **kwargs: Any) -> Any:
+    """A map carried on (Refined-ViT) in row chunks, else query chunks where they apply."""
+    out = cpu_refiner.carried_explicit_attention(*args, **kwargs)
+    return cpu_attention.chunked_explicit_attention(*args, **kwargs) \
+        if out is NotImplemented else out
+
+
 CPU_KERNELS: Dict[Callable, Callable] = {
     F.linear: _linear,
     F.layer_norm: cpu_mlp.layer_norm,
     F.gelu: cpu_mlp.gelu,
     scaled_dot_product_attention: cpu_attention.scaled_dot_product_attention,
-    explicit_attention: cpu_attention.chunked_explicit_attention,
+    explicit_attention: _explicit_attention,
+    map_attention: cpu_refiner.map_attention,
 }
 MODULE_KERNELS: Dict[type, Callable[..., Any]] = {
     Mlp: cpu_mlp.mlp_kernel,
     ConvMlp: cpu_mlp.mlp_kernel,
+    RefinerMap: cpu_refiner.refiner_kernel,
 }
 
 

@@ -11,6 +11,7 @@ Example:
     python tools/analysis/benchmark.py pvtv2:b2 --dtype bf16 --compare
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
     python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --eval --scaling
+    python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --modes fwd --eval
     python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
     python tools/analysis/benchmark.py pvtv2:b2_li --modes fwdbwd --scaling --retain-heap
 """
@@ -49,6 +50,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--compare', action='store_true',
                         help='also run the peer implementations (mmdet, timm) of families that '
                              f'have them: {", ".join(peer_families())}')
+    parser.add_argument('--against', nargs='+', default=[], metavar='FAMILY:ARCH',
+                        help='other backbones of ours timed in the same run (interleaved), '
+                             'printed as ratios, e.g. deepvit:s')
     parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
                         help='backbone arguments (Python literals), e.g. window_size=None')
     parser.add_argument('--eval', action='store_true',
@@ -61,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if bool(args.backbone) == bool(args.config):
         parser.error('give either a backbone FAMILY:ARCH or --config')
+    if args.against and args.config:
+        parser.error('--against compares backbones: give a backbone FAMILY:ARCH, not --config')
     return args
 
 
@@ -95,6 +101,7 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
                 print(f'[check] {name}: outputs match ours at {check[0]}x{check[1]} '
                       f'(max abs diff {diff:.1e})')
             models.update(peers)
+        models.update((spec, build_backbone(spec, {})) for spec in args.against)
         return models
     from mmengine.config import Config
     cfg = Config.fromfile(args.config)
