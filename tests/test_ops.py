@@ -76,7 +76,7 @@ def test_kernels_route_through_the_mode_and_the_switch(monkeypatch):
 def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkeypatch):
     """Outputs and gradients of q, k, v and a per-window (or shared) bias equal the portable
     scaled_dot_product_attention's, also when windows run in chunks (of 2 and 3 windows: the
-    last chunk shorter). bf16 training takes the explicit map (autograd), float32 the kernel."""
+    last chunk shorter). bf16 training on windows takes the explicit map (autograd)."""
     if chunk is not None:
         monkeypatch.setattr(cpu_attention, 'SMALL_MAP_CHUNK_ELEMENTS', chunk)
     shape = (2, 5, 3, 49, 16) if windows else (2, 3, 100, 16)
@@ -89,7 +89,7 @@ def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkey
     grad = torch.randn(shape, dtype=dtype)
     ours = cpu_attention.scaled_dot_product_attention(q, k, v, bias, scale=0.25)
     kernel = type(ours.grad_fn).__name__ == 'SmallMapAttentionBackward'
-    assert kernel == (dtype == torch.float32)
+    assert kernel == (dtype == torch.float32 or not windows)  # 49 keys vs 100
     ours.backward(grad)
     got = [ours.detach()] + [t.grad.clone() for t in (q, k, v, bias)]
     for t in (q, k, v, bias):
