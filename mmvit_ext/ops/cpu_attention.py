@@ -6,13 +6,12 @@ and :func:`mmvit_ext.layers.explicit_attention`.
   cores against ``F.scaled_dot_product_attention`` (which runs its math path on CPU when the
   bias needs a gradient): fwd+bwd of Swin windows 1.2-1.5x in float32.
 * Window-sized maps in bf16 / fp16 training: :func:`explicit_attention`, the map materialised
-  (softmax in float32) and differentiated by autograd, as the peers' (timm, mmdet) attention runs under
-  autocast. One whole-map op each beat both the chunked kernel (whose many small bf16 ops and
-  strided copies cost more than the recomputation saves) and ``F.scaled_dot_product_attention``
-  (math path with a bias gradient; flash path without): Swin-T / PVTv2-b2 windows and reduced
-  maps fwd+bwd 1.4-1.8x faster than the chunked kernel alone (1 thread, thread CPU time); in the
-  whole backbone only Swin's windows gained (:data:`EXPLICIT_HALF_MAX_KEYS`). It saves its maps,
-  as the peers' does.
+  (softmax in float32) and differentiated by autograd, as the peers' (timm, mmdet) attention
+  runs under autocast. Its few whole-map ops beat the chunked kernel (many small bf16 ops and
+  strided chunk copies) and ``F.scaled_dot_product_attention`` (math path with a bias gradient):
+  Swin-T / PVTv2-b2 maps fwd+bwd 1.4-1.8x faster than the chunked kernel alone (1 thread,
+  thread CPU time); in the whole backbone only Swin's windows gained
+  (:data:`EXPLICIT_HALF_MAX_KEYS`). It saves its maps, as the peers' does.
 * Explicit maps at inference: computed in chunks of query rows when every map transform is
   row-local (:data:`ROW_LOCAL`), so a global map never exists whole (bounded memory, buffers
   glibc recycles). Not under ``mmvit_ext.flags.fused_attention(False)``, which promises whole
