@@ -76,7 +76,7 @@ def test_kernels_route_through_the_mode_and_the_switch(monkeypatch):
 def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkeypatch):
     """Outputs and gradients of q, k, v and a per-window (or shared) bias equal the portable
     scaled_dot_product_attention's, also when windows run in chunks (of 2 and 3 windows: the
-    last chunk shorter)."""
+    last chunk shorter). bf16 training on windows takes the explicit map (autograd)."""
     if chunk is not None:
         monkeypatch.setattr(cpu_attention, 'SMALL_MAP_CHUNK_ELEMENTS', chunk)
     shape = (2, 5, 3, 49, 16) if windows else (2, 3, 100, 16)
@@ -88,6 +88,8 @@ def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkey
     assert not cpu_attention.small_map_applies(q, k, 0.1)
     grad = torch.randn(shape, dtype=dtype)
     ours = cpu_attention.scaled_dot_product_attention(q, k, v, bias, scale=0.25)
+    kernel = type(ours.grad_fn).__name__ == 'SmallMapAttentionBackward'
+    assert kernel == (dtype == torch.float32 or not windows)  # 49 keys vs 100
     ours.backward(grad)
     got = [ours.detach()] + [t.grad.clone() for t in (q, k, v, bias)]
     for t in (q, k, v, bias):
@@ -197,3 +199,36 @@ def test_mlp_inference_row_chunks_equal_whole(monkeypatch):
         assert rows == [300, 300, 300, 300, 200]
         torch.testing.assert_close(chunked, mlp(x), rtol=1e-5, atol=1e-5)
     assert 'forward' not in vars(mlp)
+
+
+@pytest.mark.parametrize('name', ['SwinTransformer', 'PyramidVisionTransformerV2'])
+def test_bf16_autocast_training_matches_portable(name):
+    """A backbone's forward and backward under bf16 autocast with the CPU kernels on is as close
+    to the float32 run as the portable bf16 run is: outputs and every parameter's gradient
+    (bf16 rounding differs between the two, so each is held to the portable run's error)."""
+    from backbone_cases import SMALL
+    from mmvit_ext.registry import MODELS
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type=f'mmvit_ext.{name}', **SMALL[name])).train()
+    x = torch.randn(2, 3, 64, 64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    weights = [torch.randn(o.shape) for o in model(x)]  # a loss with a gradient to every param
+
+    def run(kernels, dtype):
+        torch.manual_seed(1)  # the same drop-path draws in every run
+        with flags.kernels(kernels), torch.autocast('cpu', dtype=dtype,
+                                                    enabled=dtype != torch.float32):
+            outs = model(x)
+        loss = sum((o.float() * w).sum() for o, w in zip(outs, weights))
+        return [o.detach().float() for o in outs] + list(torch.autograd.grad(loss, params))
+
+    ref = run('portable', torch.float32)
+    ours, portable = run('auto', torch.bfloat16), run('portable', torch.bfloat16)
+    errors = []
+    for a, b, r in zip(ours, portable, ref):
+        scale = r.abs().max().clamp_min(1e-6)
+        errors.append(((a - r).abs().max() / scale, (b - r).abs().max() / scale))
+    ours_err, portable_err = (torch.stack(e) for e in zip(*errors))
+    assert len(errors) == len(ref) and portable_err.median() > 0
+    assert ours_err.median() < 1.5 * portable_err.median()
+    assert ours_err.max() < 2 * portable_err.max()

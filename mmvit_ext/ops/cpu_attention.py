@@ -4,7 +4,14 @@ and :func:`mmvit_ext.layers.explicit_attention`.
 * Small maps (Swin windows, PVT's reduced keys): an explicit kernel with a hand-written backward
   that keeps no map (recomputes it) and walks windows in cache-sized chunks. Measured on 2 EPYC
   cores against ``F.scaled_dot_product_attention`` (which runs its math path on CPU when the
-  bias needs a gradient): fwd+bwd of Swin windows 1.2-1.5x in float32, 2.3-2.8x in bf16.
+  bias needs a gradient): fwd+bwd of Swin windows 1.2-1.5x in float32.
+* Window-sized maps in bf16 / fp16 training: :func:`explicit_attention`, the map materialised
+  (softmax in float32) and differentiated by autograd, as the peers' (timm, mmdet) attention
+  runs under autocast. Its few whole-map ops beat the chunked kernel (many small bf16 ops and
+  strided chunk copies) and ``F.scaled_dot_product_attention`` (math path with a bias gradient):
+  Swin-T / PVTv2-b2 maps fwd+bwd 1.4-1.8x faster than the chunked kernel alone (1 thread,
+  thread CPU time); in the whole backbone only Swin's windows gained
+  (:data:`EXPLICIT_HALF_MAX_KEYS`). It saves its maps, as the peers' does.
 * Explicit maps at inference: computed in chunks of query rows when every map transform is
   row-local (:data:`ROW_LOCAL`), so a global map never exists whole (bounded memory, buffers
   glibc recycles). Not under ``mmvit_ext.flags.fused_attention(False)``, which promises whole
@@ -27,6 +34,10 @@ SMALL_MAP_FP32_MAX_QUERIES = 256
 # probabilities and their gradients stay in cache. Swin-T stage 1 at 512x512: bf16 forward
 # 26 -> 9 ms, float32 fwd+bwd 108 -> 57 ms against the whole map at once.
 SMALL_MAP_CHUNK_ELEMENTS = 2 ** 19
+# bf16 / fp16 training on maps with at most this many keys (Swin's 49-token windows) runs the
+# explicit map: Swin-T fwd+bwd 0.99x -> 1.04x timm. PVTv2's 256 reduced keys measured level
+# both ways (1.04x / 1.02x timm), so keep the kernel, which saves no map.
+EXPLICIT_HALF_MAX_KEYS = 64
 # Upper bound on the elements of one explicit map chunk at inference (16 MB in float32: under
 # glibc's 32 MB mmap threshold, so chunk buffers are recycled rather than freshly mapped).
 INFERENCE_CHUNK_ELEMENTS = 2 ** 22
@@ -159,13 +170,25 @@ def small_map_applies(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> boo
     return torch.is_grad_enabled() and queries <= SMALL_MAP_FP32_MAX_QUERIES
 
 
+def _trains_in_half(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    bias: Optional[torch.Tensor]) -> bool:
+    """bf16 / fp16 inputs of maps up to ``EXPLICIT_HALF_MAX_KEYS`` keys with something to
+    differentiate."""
+    return (q.dtype != torch.float32 and k.shape[-2] <= EXPLICIT_HALF_MAX_KEYS
+            and torch.is_grad_enabled()
+            and any(t is not None and t.requires_grad for t in (q, k, v, bias)))
+
+
 def scaled_dot_product_attention(q, k, v, attn_bias=None, dropout_p=0.0, scale=None):
-    """The small-map kernel where it applies, else ``NotImplemented``."""
+    """Where a small map applies: the explicit map in bf16 / fp16 training, else the small-map
+    kernel; elsewhere ``NotImplemented``."""
     if not small_map_applies(q, k, dropout_p):
         return NotImplemented
     if attn_bias is not None and attn_bias.dtype == torch.bool:
         return NotImplemented
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if _trains_in_half(q, k, v, attn_bias):
+        return explicit_attention(q, k, v, scale, attn_bias)
     return SmallMapAttention.apply(q, k, v, attn_bias, scale)
 
 
