@@ -2,8 +2,6 @@
 what it selects and gives the plain run's gradients in every registered family, with the CPU
 kernels on and off; also with frozen_stages, bf16 autocast and torch.compile. Bad settings raise
 naming with_cp; eval and no-grad forwards recompute nothing."""
-import warnings
-
 import pytest
 import torch
 
@@ -81,20 +79,15 @@ def test_bf16_autocast(name, setting):
     _assert_same(_grads(ckpt, x, torch.bfloat16), _grads(plain, x, torch.bfloat16))
 
 
-@pytest.mark.parametrize('setting', [True, 'attn'])
-def test_torch_compile(setting):
-    """Whole checkpointed blocks trace (aot_eager: dynamo + AOT autograd, no C++ build); parts
-    are left out with a warning; either way eager's gradients."""
-    plain, ckpt = _pair('SwinTransformer', setting)
+def test_torch_compile():
+    """Whole checkpointed blocks trace (aot_eager: dynamo + AOT autograd, no C++ build) and
+    give eager's gradients. (Parts are not compiled: their hooks break the graph at every
+    part, docs/big_models.md.)"""
+    plain, ckpt = _pair('SwinTransformer', True)
     x = torch.randn(2, 3, 64, 48)
     torch._dynamo.reset()
     compiled = torch.compile(ckpt, backend='aot_eager')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        grads = _grads(compiled, x)
-    skipped = [w for w in caught if 'not checkpointed in a forward compiled' in str(w.message)]
-    assert len(skipped) == (setting == 'attn')
-    _assert_same(grads, _grads(plain, x), rtol=1e-4)
+    _assert_same(_grads(compiled, x), _grads(plain, x), rtol=1e-4)
 
 
 @pytest.mark.parametrize('setting', [True, 'attn', 'mlp'])

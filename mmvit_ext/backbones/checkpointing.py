@@ -24,9 +24,9 @@ module of that name (every family's blocks have ``attn`` and ``mlp``), checkpoin
 by :func:`torch.distributed._composable.checkpoint` (forward hooks: the block's code, parameter
 names and state dict stay as they are); whole blocks are checkpointed by
 :meth:`~mmvit_ext.backbones.BaseBackbone.run_block`. Checkpointing is non-reentrant (DDP, FSDP,
-frozen parameters, autocast and ``torch.compile`` work as without it; a compiled forward
-checkpoints whole blocks only, and warns that it skips parts), runs only in training with
-gradients enabled, recomputes with the CPU kernels the forward ran with
+frozen parameters and autocast work as without it; under ``torch.compile`` use whole blocks: a
+compiled forward skips parts with a warning, and their hooks break the graph at every part),
+runs only in training with gradients enabled, recomputes with the CPU kernels the forward ran with
 (:mod:`mmvit_ext.ops`) and the forward's random state (dropout and drop path give the same
 values).
 """
@@ -148,7 +148,8 @@ class PartCheckpoints:
     def enable(self, on: bool) -> None:
         """Checkpoint the selected modules in the next forwards (``on``) or run them plainly.
         Not in a forward being compiled: the hooks' recomputation would run eager code
-        against the compiled graph's saved tensors (whole blocks are checkpointed there)."""
+        against the compiled graph's saved tensors, and they break the graph at every part
+        (whole blocks are checkpointed inside the graph)."""
         if on and self.selected and torch.compiler.is_compiling():
             if not self.warned:
                 warnings.warn("with_cp='attn' / 'mlp' parts are not checkpointed in a forward "
