@@ -7,6 +7,7 @@ backbones on first use. ``custom_imports=dict(imports=['mmvit_ext'])`` is the do
 also installs the safe-checkpoint allowlist. Downstream ``SwinTransformer`` registrations are
 untouched: ours live only in this scope.
 """
+from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
@@ -15,8 +16,10 @@ from mmengine.registry import Registry
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
                   locations=['mmvit_ext.backbones'])
 HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvit_ext', locations=['mmvit_ext.engine'])
+FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, scope='mmvit_ext',
+                     locations=['mmvit_ext.engine'])
 OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor', parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
     scope='mmvit_ext', locations=['mmvit_ext.optim'])
 
-__all__ = ['MODELS', 'HOOKS', 'OPTIM_WRAPPER_CONSTRUCTORS']
+__all__ = ['MODELS', 'HOOKS', 'FUNCTIONS', 'OPTIM_WRAPPER_CONSTRUCTORS']

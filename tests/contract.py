@@ -4,13 +4,14 @@ and a new one -- runs the same suite (tests/test_contract.py, tests/test_new_fam
 Each check takes the backbone class and the constructor arguments of one case."""
 import math
 from pathlib import Path
-from typing import Tuple, Type
+from typing import Any, Dict, Tuple, Type
 
 import pytest
 import torch
 
 from mmvit_ext import flags
 from mmvit_ext.backbones import BaseBackbone
+from mmvit_ext.backbones.checkpointing import parse_with_cp
 from mmvit_ext.converters import CheckpointError, save_state_dict
 
 SIZES = [(112, 137), (224, 224), (513, 769)]
@@ -54,17 +55,37 @@ def check_frozen_stages(cls: Type[BaseBackbone], cfg: dict) -> None:
     assert 0 < len(trainable) < len(list(model.parameters()))
 
 
-def check_with_cp(cls: Type[BaseBackbone], cfg: dict) -> None:
+def check_with_cp(cls: Type[BaseBackbone], cfg: dict, setting: Any = True) -> None:
+    """``with_cp=setting`` (``'per_stage'``: the first block of stage 0 and every block of the
+    others) recomputes what it selects -- a selected block or part is called twice, the rest
+    once -- with the plain run's outputs and gradients and the plain model's names."""
     plain = cls(**cfg, drop_path_rate=0.0).train()
-    ckpt = cls(**cfg, drop_path_rate=0.0, with_cp=True).train()
+    if setting == 'per_stage':
+        setting = [1] + [True] * (len(plain.checkpoint_stages()) - 1)
+    ckpt = cls(**cfg, drop_path_rate=0.0, with_cp=setting).train()
     ckpt.load_state_dict(plain.state_dict())
+    stages = ckpt.checkpoint_stages()
+    parts = parse_with_cp(setting, cls.__name__).parts(stages, cls.__name__)
+    assert any(parts), (setting, parts)
+    runs: Dict[str, int] = {}
+    expected = {}
+    for index, (block, part) in enumerate(zip([b for s in stages for b in s], parts)):
+        for name, module, recomputed in ((f'{index}', block, part == 'block'),
+                                         (f'{index}.attn', block.attn, part in ('block', 'attn')),
+                                         (f'{index}.mlp', block.mlp, part in ('block', 'mlp'))):
+            module.register_forward_pre_hook(  # a recomputation may stop before the end
+                lambda *_, key=name: runs.__setitem__(key, runs.get(key, 0) + 1))
+            expected[name] = 2 if recomputed else 1
     x = torch.randn(2, 3, 72, 56)
     outs_a, outs_b = plain(x), ckpt(x)
     for a, b in zip(outs_a, outs_b):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     sum((o ** 2).mean() for o in outs_a).backward()
     sum((o ** 2).mean() for o in outs_b).backward()
+    assert runs == expected, (setting, runs)
     grads_b = dict(ckpt.named_parameters())
+    assert list(grads_b) == [n for n, _ in plain.named_parameters()]
+    assert list(ckpt.state_dict()) == list(plain.state_dict())
     for pname, param in plain.named_parameters():
         torch.testing.assert_close(param.grad, grads_b[pname].grad, atol=1e-6, rtol=1e-5)
 

@@ -5,6 +5,7 @@ Example:
     python tools/train.py configs/demo/mask_rcnn_pvtv2_b2_demo.py      # built-in demo data
     python tools/train.py CONFIG --resume                            # latest checkpoint
     python tools/train.py CONFIG --retain-heap     # CPU: reuse freed memory (fewer page faults)
+    bash tools/dist_train.sh configs/fsdp/mask_rcnn_swin_l_fpn_fsdp_1x_coco.py 8  # FSDP
 """
 import argparse
 import os
@@ -14,7 +15,7 @@ import sys
 from mmengine.config import Config, DictAction
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
-from mmvit_ext.engine import AtomicSaveRunner, init_cpu_distributed
+from mmvit_ext.engine import AtomicSaveRunner, init_cpu_distributed, prepare_strategy
 from mmvit_ext.utils import retain_freed_memory
 from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
@@ -78,7 +79,11 @@ def main() -> None:
     if not any(str(h.get('type', '')).endswith('RandomStateHook') for h in hooks):
         cfg.custom_hooks = [*hooks, dict(type='mmvit_ext.RandomStateHook')]  # exact resume
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
-    runner = AtomicSaveRunner.from_cfg(cfg)  # checkpoints written atomically
+    if prepare_strategy(cfg):  # FSDP / DeepSpeed: mmengine's FlexibleRunner
+        from mmengine.runner import FlexibleRunner
+        runner = FlexibleRunner.from_cfg(cfg)
+    else:
+        runner = AtomicSaveRunner.from_cfg(cfg)  # checkpoints written atomically
     runner.train()
 
 

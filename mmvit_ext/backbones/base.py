@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.utils.checkpoint as cp
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
@@ -25,6 +24,8 @@ from ..converters.layouts import StateDict
 from ..converters.loading import LoadReport, current_source, prepare_state_dict
 from ..layers import AttentionBase, resize_rel_pos_table
 from ..errors import ConfigError
+from .checkpointing import (CheckpointPlan, PartCheckpoints, checkpoint_block, parse_with_cp,
+                            part_module)
 from .vocabulary import Vocabulary, normalise_init_cfg
 
 # (params in millions, GFLOPs) of a preset in classifier form at 224x224; None: not published
@@ -75,7 +76,8 @@ class BaseBackbone(BaseModule):
     * :meth:`export_limits`: input sizes a dynamic ONNX graph serves;
     * :meth:`benchmark_peers` / :meth:`peer_agreement_size`: peer implementations holding our
       weights, for ``benchmark --compare``;
-    * :meth:`layer_depth_groups`: layer-wise lr decay.
+    * :meth:`layer_depth_groups`: layer-wise lr decay;
+    * :meth:`checkpoint_stages`: the blocks ``with_cp`` counts (and FSDP wraps).
     """
 
     family: str = ''
@@ -101,6 +103,10 @@ class BaseBackbone(BaseModule):
         self.level_strides: Tuple[int, ...] = ()
         self.frozen_stages = -1
         self.norm_eval = False
+        self._cp_parts = PartCheckpoints()
+        self._cp_key: Optional[Tuple] = None
+        self._cp_blocks: FrozenSet[int] = frozenset()  # every block, and those run whole
+        self._cp_whole: FrozenSet[int] = frozenset()
         self.with_cp = False
         self.load_report: Optional[LoadReport] = None
         self._register_load_state_dict_pre_hook(self._convert_on_load)
@@ -162,9 +168,9 @@ class BaseBackbone(BaseModule):
 
     def _set_contract(self, out_indices: Union[int, Sequence[int]], channels: Sequence[int],
                       strides: Sequence[int], frozen_stages: int, num_stages: int,
-                      norm_eval: bool, with_cp: bool) -> None:
+                      norm_eval: bool, with_cp: Any) -> None:
         """Validate and store the common arguments; ``channels`` / ``strides`` list every
-        selectable level (stage or block)."""
+        selectable level (stage or block); ``with_cp`` as in :mod:`.checkpointing`."""
         name = type(self).__name__
         num_outputs = len(channels)
         if isinstance(out_indices, int):
@@ -232,17 +238,57 @@ class BaseBackbone(BaseModule):
         """(B, C_in, H, W) -> the maps of ``out_indices`` (CPU kernels where they apply,
         :mod:`mmvit_ext.ops`)."""
         self.check_input(x)
+        self.prepare_checkpointing()
+        self._cp_parts.enable(self.training and torch.is_grad_enabled())
         return ops.call(self.forward_features, x)
 
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The family's forward, plain PyTorch."""
         raise NotImplementedError
 
+    # ---- activation checkpointing ------------------------------------------------------------
+    @property
+    def with_cp(self) -> Any:
+        """The checkpointing setting as given (:mod:`.checkpointing`); setting it validates it."""
+        return self._with_cp
+
+    @with_cp.setter
+    def with_cp(self, value: Any) -> None:
+        self._cp_plan: CheckpointPlan = parse_with_cp(value, type(self).__name__)
+        self._with_cp = value
+
+    def checkpoint_stages(self) -> List[List[nn.Module]]:
+        """The blocks :meth:`run_block` runs, grouped by stage, in run order (what ``with_cp``
+        counts). Default: every ``nn.ModuleList`` named ``blocks``, in registration order."""
+        return [list(module) for name, module in self.named_modules()
+                if name.rpartition('.')[2] == 'blocks' and isinstance(module, nn.ModuleList)]
+
+    def prepare_checkpointing(self) -> None:
+        """Select what ``with_cp`` names: whole blocks for :meth:`run_block`, ``attn`` /
+        ``mlp`` parts hooked. Again only when the setting or the blocks changed (e.g. wrapped
+        as FSDP units); ``train()`` and every forward call this."""
+        stages = self.checkpoint_stages()
+        key = (self._cp_plan, tuple(id(b) for stage in stages for b in stage))
+        if key == self._cp_key:
+            return
+        name = type(self).__name__
+        blocks = [b for stage in stages for b in stage]
+        parts = self._cp_plan.parts(stages, name)
+        self._cp_blocks = frozenset(id(b) for b in blocks)
+        self._cp_whole = frozenset(id(b) for b, p in zip(blocks, parts) if p == 'block')
+        self._cp_parts.select([part_module(b, p, name) for b, p in zip(blocks, parts)
+                               if p not in (None, 'block')])
+        self._cp_key = key
+
     def run_block(self, block: nn.Module, *args: Any) -> Any:
-        """Run a block, through activation checkpointing when ``with_cp`` applies (the
-        recomputation runs with the same kernels as the forward)."""
-        if self.with_cp and self.training and torch.is_grad_enabled():
-            return cp.checkpoint(ops.with_kernels(block), *args, use_reentrant=False)
+        """Run a block, through activation checkpointing where ``with_cp`` selects the whole
+        block (the recomputation runs with the same kernels as the forward)."""
+        if self._cp_plan.active and id(block) not in self._cp_blocks:
+            raise RuntimeError(f'{type(self).__name__}: run_block got a {type(block).__name__} '
+                               f'that checkpoint_stages() does not list, so with_cp cannot '
+                               f'select it; override checkpoint_stages()')
+        if id(block) in self._cp_whole and self.training and torch.is_grad_enabled():
+            return checkpoint_block(block, *args)
         return block(*args)
 
     # ---- training behaviour ------------------------------------------------------------------
@@ -265,6 +311,7 @@ class BaseBackbone(BaseModule):
 
     def train(self, mode: bool = True) -> 'BaseBackbone':
         super().train(mode)
+        self.prepare_checkpointing()
         self._freeze_stages()
         if mode and self.norm_eval:
             for module in self.modules():

@@ -350,6 +350,10 @@ class PlainViTBase(BaseBackbone):
         return [AttentionBlock(block, block.attn, self.patch_size) for block in self.blocks]
 
     # ---- training behaviour ------------------------------------------------------------------
+    def checkpoint_stages(self) -> List[List[nn.Module]]:
+        """The trunk's blocks as one stage; CaiT's class-attention blocks as a second."""
+        return [list(self.blocks), *([list(self.cls_blocks)] if self.cls_blocks else [])]
+
     def frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
             return []

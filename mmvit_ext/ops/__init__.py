@@ -31,7 +31,7 @@ turns every kernel off: CPU then runs exactly the code a GPU runs.
 """
 import functools
 import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Callable, Dict, Iterator
 
 import torch
@@ -119,16 +119,30 @@ def cpu_kernels_apply(x: torch.Tensor) -> bool:
             and not getattr(_active, 'on', False) and not torch.onnx.is_in_onnx_export())
 
 
+@contextmanager
+def _kernels_on(root: Any) -> Iterator[None]:
+    """:class:`CpuKernels` and the module kernels of ``root`` for the block."""
+    _active.on = True
+    try:
+        with CpuKernels(), module_kernels(root):
+            yield
+    finally:
+        _active.on = False
+
+
 def call(fn: Callable[..., Any], x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     """``fn(x, *args, **kwargs)``, inside :class:`CpuKernels` when :func:`cpu_kernels_apply`."""
     if not cpu_kernels_apply(x):
         return fn(x, *args, **kwargs)
-    _active.on = True
-    try:
-        with CpuKernels(), module_kernels(fn):
-            return fn(x, *args, **kwargs)
-    finally:
-        _active.on = False
+    with _kernels_on(fn):
+        return fn(x, *args, **kwargs)
+
+
+def kernels_as_now(root: nn.Module) -> AbstractContextManager:
+    """A context that runs ``root`` with the kernels in effect now (inside a forward through
+    :func:`call` or not): for a recomputation in backward (activation checkpointing of a
+    submodule), which runs outside the forward's mode."""
+    return _kernels_on(root) if getattr(_active, 'on', False) else nullcontext()
 
 
 def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,4 +154,4 @@ def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 __all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply',
-           'call', 'with_kernels']
+           'call', 'with_kernels', 'kernels_as_now']

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
+from ..engine.fsdp import strip_wrapper_prefixes
 from ..registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 LayerDepthFn = Callable[[str], Tuple[int, int]]
@@ -101,7 +102,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         seen = set()  # shared parameters (tied weights) go into the first group only
         for module_name, owner in module.named_modules():
             for short, param in owner.named_parameters(recurse=False):
-                name = f'{module_name}.{short}' if module_name else short
+                name = strip_wrapper_prefixes(f'{module_name}.{short}' if module_name else short)
                 if not param.requires_grad or id(param) in seen:
                     continue
                 seen.add(id(param))

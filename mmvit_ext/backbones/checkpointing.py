@@ -1,0 +1,175 @@
+"""Dialable activation checkpointing: which blocks recompute their activations in backward, and
+which part of each (the whole block, only its attention or only its MLP).
+
+``with_cp`` of every backbone takes:
+
+==============================================  ================================================
+``False`` / ``None`` / ``0``                    nothing (the default)
+``True``                                        every block, whole (mmdet / mmseg / mmpretrain)
+``N`` (int)                                     the first N blocks in run order (the shallow,
+                                                high-resolution ones hold the most activations)
+``[k0, k1, ...]`` (one entry per stage)         the first k_i blocks of stage i; ``True`` /
+                                                ``False`` for all / none of a stage
+``'attn'`` / ``'mlp'``                          every block, only its ``attn`` / ``mlp`` child
+                                                (the norm before it, layer scale and drop path
+                                                are not recomputed: the norm's output is saved)
+``dict(blocks=..., part='attn')``               ``blocks`` any of the above selections, ``part``
+                                                ``'block'`` (default), ``'attn'`` or ``'mlp'``
+==============================================  ================================================
+
+A stage is a group of :meth:`~mmvit_ext.backbones.BaseBackbone.checkpoint_stages`: the four
+stages of Swin / PVTv2, one stage (every trunk block) for the plain-ViT families, plus CaiT's
+class-attention blocks as a second stage in its classifier. The part of a block is its child
+module of that name (every family's blocks have ``attn`` and ``mlp``), checkpointed from outside
+by :func:`torch.distributed._composable.checkpoint` (forward hooks: the block's code, parameter
+names and state dict stay as they are); whole blocks are checkpointed by
+:meth:`~mmvit_ext.backbones.BaseBackbone.run_block`. Checkpointing is non-reentrant (DDP, FSDP,
+frozen parameters and autocast work as without it; under ``torch.compile`` use whole blocks: a
+compiled forward skips parts with a warning, and their hooks break the graph at every part),
+runs only in training with gradients enabled, recomputes with the CPU kernels the forward ran with
+(:mod:`mmvit_ext.ops`) and the forward's random state (dropout and drop path give the same
+values).
+"""
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.checkpoint as cp
+from torch import nn
+from torch.distributed._composable import checkpoint as hook_checkpoint
+
+from .. import ops
+from ..errors import ConfigError
+
+PARTS = ('block', 'attn', 'mlp')
+BlockSelection = Union[bool, int, Tuple[Union[bool, int], ...]]
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """A parsed ``with_cp``: ``blocks`` (``True`` all, an int the first N in run order, or one
+    bool / int per stage) and ``part`` (one of :data:`PARTS`)."""
+
+    blocks: BlockSelection
+    part: str = 'block'
+
+    @property
+    def active(self) -> bool:
+        if isinstance(self.blocks, tuple):
+            return any(self.blocks)
+        return bool(self.blocks)
+
+    def parts(self, stages: Sequence[Sequence[nn.Module]], owner: str) -> List[Optional[str]]:
+        """The part to checkpoint (or ``None``) of every block of ``stages``, in run order."""
+        sizes = [len(s) for s in stages]
+        if isinstance(self.blocks, tuple):
+            if len(self.blocks) != len(stages):
+                raise ConfigError(f'{owner}: with_cp={list(self.blocks)} needs one entry per stage '
+                                  f'({len(stages)} stages of {sizes} blocks)')
+            counts = [n if k is True else int(k) for k, n in zip(self.blocks, sizes)]
+            if any(k > n for k, n in zip(counts, sizes)):
+                raise ConfigError(f'{owner}: with_cp={list(self.blocks)} asks for more blocks '
+                                  f'than stages have ({sizes})')
+            return [self.part if j < k else None for k, n in zip(counts, sizes) for j in range(n)]
+        total = sum(sizes)
+        first = total if self.blocks is True else int(self.blocks)
+        if first > total:
+            raise ConfigError(f'{owner}: with_cp={first} asks for more blocks than the {total} '
+                              f'this instance builds')
+        return [self.part if i < first else None for i in range(total)]
+
+
+def _selection(value: Any, owner: str) -> BlockSelection:
+    if value is None or value is False:
+        return False
+    if value is True or (isinstance(value, int) and value >= 0):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, bool) or (isinstance(v, int) and v >= 0) for v in value):
+        return tuple(value)
+    raise ConfigError(f'{owner}: with_cp blocks must be True / False, a number of blocks >= 0 or '
+                      f'a list with one bool / number per stage, got {value!r}')
+
+
+def parse_with_cp(value: Any, owner: str) -> CheckpointPlan:
+    """``with_cp`` (see the module docstring) -> a :class:`CheckpointPlan`; bad values raise a
+    :class:`~mmvit_ext.errors.ConfigError` naming ``with_cp``."""
+    if isinstance(value, str):
+        if value not in PARTS[1:]:
+            raise ConfigError(f"{owner}: with_cp={value!r} is not supported; strings select a "
+                              f"part of every block: 'attn' or 'mlp'")
+        return CheckpointPlan(True, value)
+    if isinstance(value, dict):
+        unknown = set(value) - {'blocks', 'part'}
+        if unknown:
+            raise ConfigError(f'{owner}: with_cp dict has unknown keys {sorted(unknown)} '
+                              f"(allowed: 'blocks', 'part')")
+        part = value.get('part', 'block')
+        if part not in PARTS:
+            raise ConfigError(f'{owner}: with_cp part={part!r} is not supported; choose one of '
+                              f'{PARTS}')
+        return CheckpointPlan(_selection(value.get('blocks', True), owner), part)
+    return CheckpointPlan(_selection(value, owner))
+
+
+def checkpoint_block(block: nn.Module, *args: Any) -> Any:
+    """``block(*args)``, recomputed in backward with the forward's kernels."""
+    return cp.checkpoint(ops.with_kernels(block), *args, use_reentrant=False)
+
+
+def part_module(block: nn.Module, part: str, owner: str) -> nn.Module:
+    """The submodule ``part`` of ``block``: its child of that name."""
+    module = getattr(block, part, None)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"{owner}: with_cp part {part!r} needs blocks with an {part!r} child "
+                          f"module; {type(block).__name__} has none (use part='block')")
+    return module
+
+
+class PartCheckpoints:
+    """The ``attn`` / ``mlp`` submodules checkpointed by hooks, switched on and off from
+    outside (:meth:`select`, :meth:`enable`)."""
+
+    def __init__(self) -> None:
+        self.hooked: Dict[int, nn.Module] = {}
+        self.selected: frozenset = frozenset()
+        self.warned = False
+
+    def select(self, modules: Sequence[nn.Module]) -> None:
+        """Checkpoint exactly ``modules`` from now on (hooks are added once per module)."""
+        for module in modules:
+            if hook_checkpoint.state(module) is None:
+                hook_checkpoint(module, context_fn=_RecomputeWithKernels(module))
+            self.hooked[id(module)] = module
+        self.selected = frozenset(id(m) for m in modules)
+
+    def enable(self, on: bool) -> None:
+        """Checkpoint the selected modules in the next forwards (``on``) or run them plainly.
+        Not in a forward being compiled: the hooks' recomputation would run eager code
+        against the compiled graph's saved tensors, and they break the graph at every part
+        (whole blocks are checkpointed inside the graph)."""
+        if on and self.selected and torch.compiler.is_compiling():
+            if not self.warned:
+                warnings.warn("with_cp='attn' / 'mlp' parts are not checkpointed in a forward "
+                              "compiled by torch.compile; whole blocks are (with_cp=True, a "
+                              "number or one entry per stage)")
+                self.warned = True
+            on = False
+        for key, module in self.hooked.items():
+            hook_checkpoint.state(module).enable_hook = on and key in self.selected
+
+
+class _RecomputeWithKernels:
+    """``context_fn`` of the hooks: the recomputation runs with the kernels the forward had."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __call__(self) -> Tuple[Any, Any]:
+        return nullcontext(), ops.kernels_as_now(self.module)
+
+
+__all__ = ['PARTS', 'CheckpointPlan', 'parse_with_cp', 'checkpoint_block', 'part_module',
+           'PartCheckpoints']

@@ -1,0 +1,139 @@
+"""tools/train.py with 2 CPU processes (gloo), a CaiT classifier with frozen_stages=1, with_cp
+(attention parts, whole blocks, or per stage) and layer decay: under mmengine's FlexibleRunner +
+FSDPStrategy with our block auto-wrap policy (every backbone block its own FSDP unit), and under
+DDP. Two steps with finite
+losses; frozen parameters stay, the others move; layer-decay groups from the unwrapped names."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmvit_ext.datasets.synthetic_shapes import CLASSES, render_scene
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = """
+_base_ = ['mmpretrain::_base_/default_runtime.py']
+custom_imports = dict(imports=['mmvit_ext', 'fsdp_dump'], allow_failed_imports=False)
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmvit_ext.CaiT', arch=dict(embed_dims=32, depth=3, num_heads=2),
+                  img_size=64, out_type='cls_token', drop_path_rate=0.0, frozen_stages=1,
+                  with_cp={with_cp!r}),
+    neck=None,
+    head=dict(type='LinearClsHead', num_classes={num_classes}, in_channels=32,
+              loss=dict(type='CrossEntropyLoss')))
+data_preprocessor = dict(num_classes={num_classes}, mean=[127.5] * 3, std=[127.5] * 3,
+                         to_rgb=True)
+pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+train_dataloader = dict(
+    batch_size=2, num_workers=0,
+    dataset=dict(type='CustomDataset', data_root='{data}', pipeline=pipeline),
+    sampler=dict(type='DefaultSampler', shuffle=False))
+train_cfg = dict(by_epoch=False, max_iters=2)
+optim_wrapper = dict(
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+    constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(layer_decay_rate=0.5))
+param_scheduler = []
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=100))
+custom_hooks = [dict(type='FSDPDumpHook', out_dir='{out}')]
+randomness = dict(seed=0)
+"""
+FSDP = """
+runner_type = 'FlexibleRunner'
+strategy = dict(type='FSDPStrategy', model_wrapper=dict(
+    auto_wrap_policy=dict(type='mmvit_ext.backbone_block_policy')))
+"""
+
+DUMP = '''
+import json, os
+import torch
+from mmengine.dist import get_rank
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+@HOOKS.register_module()
+class FSDPDumpHook(Hook):
+    """Per rank: losses, the FSDP units, lr scales, and which parameters changed."""
+
+    def __init__(self, out_dir):
+        self.out_dir, self.losses = out_dir, []
+
+    def before_train(self, runner):
+        self.start = {n: p.detach().clone() for n, p in runner.model.named_parameters()}
+        self.calls = {}  # attention calls: 2 per step where recomputed
+        for name, module in runner.model.named_modules():
+            name = name.replace('_fsdp_wrapped_module.', '').removeprefix('module.')
+            if name.endswith('.attn'):
+                module.register_forward_pre_hook(
+                    lambda *_, key=name: self.calls.__setitem__(key, self.calls.get(key, 0) + 1))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        self.losses.append(float(outputs['loss']))
+
+    def after_run(self, runner):
+        model = runner.model
+        units = [n.replace('_fsdp_wrapped_module.', '') for n, m in model.named_modules()
+                 if isinstance(m, FSDP) and n]
+        changed = {n.replace('_fsdp_wrapped_module.', '').removeprefix('module.'):
+                   bool((p.detach() != self.start[n]).any())
+                   for n, p in model.named_parameters() if p.numel()}
+        scales = sorted({g['lr_scale'] for g in runner.optim_wrapper.optimizer.param_groups})
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f'rank{get_rank()}.json'), 'w') as f:
+            json.dump(dict(losses=self.losses, units=units, changed=changed, scales=scales,
+                           calls=self.calls), f)
+'''
+
+
+@pytest.mark.parametrize('wrapper,with_cp', [('fsdp', 'attn'), ('fsdp', True), ('ddp', [1, True])])
+def test_two_cpu_processes_train_with_frozen_stages_and_with_cp(tmp_path, wrapper, with_cp):
+    import mmcv
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        image, _, objects = render_scene(rng, (64, 64), max_objects=1)
+        folder = tmp_path / 'data' / CLASSES[objects[0][0]]
+        folder.mkdir(parents=True, exist_ok=True)
+        mmcv.imwrite(image[..., ::-1], str(folder / f'{i:02d}.png'))
+    (tmp_path / 'fsdp_dump.py').write_text(DUMP)
+    classes = sorted(p.name for p in (tmp_path / 'data').iterdir())
+    config = tmp_path / 'fsdp.py'
+    config.write_text(CONFIG.format(num_classes=len(classes), data=tmp_path / 'data',
+                                    out=tmp_path / 'out', with_cp=with_cp)
+                      + (FSDP if wrapper == 'fsdp' else ''))
+    env = {**os.environ, 'PYTHONPATH': f'{tmp_path}{os.pathsep}{os.environ.get("PYTHONPATH", "")}',
+           'PORT': str(29531 + (wrapper == 'ddp') + 2 * (with_cp is True)), 'OMP_NUM_THREADS': '1', 'PYTHON': sys.executable}
+    result = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+                             str(tmp_path / 'work')], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    ranks = [json.loads((tmp_path / f'out/rank{r}.json').read_text()) for r in (0, 1)]
+    for dump in ranks:
+        assert len(dump['losses']) == 2 and np.isfinite(dump['losses']).all()
+        blocks = sorted(u for u in dump['units'] if 'blocks.' in u)
+        assert blocks == (['backbone.blocks.0', 'backbone.blocks.1', 'backbone.blocks.2',
+                           'backbone.cls_blocks.0', 'backbone.cls_blocks.1']
+                          if wrapper == 'fsdp' else []), dump['units']
+        assert len(dump['scales']) > 3 and min(dump['scales']) < 0.1  # layer decay 0.5 over 7 ids
+        # recomputed: the selected blocks' attention; not in the frozen block 0 under DDP (no
+        # grad), but under FSDP, whose root unit's flat parameter makes block 0's input need one
+        selected = [1, 0, 0, 1, 1] if isinstance(with_cp, list) else [1] * 5  # [1, True]: 1 + 2
+        recomputed = [s and (i != 0 or wrapper == 'fsdp') for i, s in enumerate(selected)]
+        names = [f'backbone.blocks.{i}.attn' for i in range(3)] + \
+            [f'backbone.cls_blocks.{i}.attn' for i in range(2)]
+        assert dump['calls'] == {n: 2 * (1 + r) for n, r in zip(names, recomputed)}, dump['calls']
+    changed = {}  # each rank holds a shard: a parameter changed if its shard changed anywhere
+    for dump in ranks:
+        for name, moved in dump['changed'].items():
+            changed[name] = changed.get(name, False) or moved
+    frozen = [n for n in changed if n.startswith(('backbone.blocks.0.', 'backbone.patch_embed',
+                                                  'backbone.pos_embed'))]
+    assert frozen and not any(changed[n] for n in frozen), 'frozen_stages=1 moved'
+    assert changed['head.fc.weight'] and changed['backbone.blocks.2.mlp.fc1.weight']
