@@ -1,44 +1,16 @@
 """tools/dist_train.sh with 2 CPU processes (gloo) against one process on the same global batch."""
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-from mmvit_ext.datasets.synthetic_shapes import CLASSES, render_scene
-
-ROOT = Path(__file__).resolve().parents[1]
+from classifier_runs import classifier_config, run_launch, write_shape_folders
 
 # A CaiT classifier (LayerNorm only, no drop path, no random augmentation): DDP's averaged
 # gradients over 2 x 2 images equal the gradient of one process over the same 4 images.
-CONFIG = """
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmvit_ext', 'rank_dump'], allow_failed_imports=False)
-model = dict(
-    type='ImageClassifier',
-    backbone=dict(type='mmvit_ext.CaiT', arch=dict(embed_dims=32, depth=2, num_heads=2),
-                  img_size=64, out_type='cls_token', drop_path_rate=0.0),
-    neck=None,
-    head=dict(type='LinearClsHead', num_classes={num_classes}, in_channels=32,
-              loss=dict(type='CrossEntropyLoss')))
-data_preprocessor = dict(num_classes={num_classes}, mean=[127.5] * 3, std=[127.5] * 3,
-                         to_rgb=True)
-pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
-train_dataloader = dict(
-    batch_size={batch}, num_workers=0,
-    dataset=dict(type='CustomDataset', data_root='{data}', pipeline=pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-train_cfg = dict(by_epoch=True, max_epochs=2)
-optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9))
-param_scheduler = []
-default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=100))
-custom_hooks = [dict(type='RankDumpHook', out_dir='{out}')]
-randomness = dict(seed=0)
-"""
+TRAIN = dict(train_cfg='dict(by_epoch=True, max_epochs=2)',
+             optim_wrapper="dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9))")
 
 RANK_DUMP = '''
 import json, os
@@ -70,34 +42,23 @@ class RankDumpHook(Hook):
 
 @pytest.fixture(scope='module')
 def workspace(tmp_path_factory):
-    import mmcv
     root = tmp_path_factory.mktemp('dist')
-    rng = np.random.default_rng(0)
-    for i in range(16):
-        image, _, objects = render_scene(rng, (64, 64), max_objects=1)
-        folder = root / 'data' / CLASSES[objects[0][0]]
-        folder.mkdir(parents=True, exist_ok=True)
-        mmcv.imwrite(image[..., ::-1], str(folder / f'{i:02d}.png'))
+    write_shape_folders(root / 'data', 16)
     (root / 'rank_dump.py').write_text(RANK_DUMP)
     return root
 
 
-def _run(cmd, root, timeout=600):
-    env = {**os.environ, 'PYTHONPATH': f'{root}{os.pathsep}{os.environ.get("PYTHONPATH", "")}',
-           'PORT': '29517', 'OMP_NUM_THREADS': '1', 'PYTHON': sys.executable}
-    env['PATH'] = f'{Path(sys.executable).parent}{os.pathsep}{env["PATH"]}'
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=timeout)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    return result
+def _run(cmd, root):
+    return run_launch(cmd, root, port=29517, timeout=600)
 
 
 def test_two_gloo_processes_match_one_process(workspace):
     classes = sorted(p.name for p in (workspace / 'data').iterdir())
     for name, batch in (('single', 4), ('dist', 2)):
-        (workspace / f'{name}.py').write_text(CONFIG.format(
-            num_classes=len(classes), batch=batch, data=workspace / 'data',
-            out=workspace / f'out_{name}'))
+        (workspace / f'{name}.py').write_text(classifier_config(
+            depth=2, num_classes=len(classes), batch=batch, data=workspace / 'data',
+            out=workspace / f'out_{name}', hook_module='rank_dump', hook='RankDumpHook',
+            **TRAIN))
     _run([sys.executable, 'tools/train.py', str(workspace / 'single.py'),
           '--work-dir', str(workspace / 'work_single')], workspace)
     _run(['bash', 'tools/dist_train.sh', str(workspace / 'dist.py'), '2',

@@ -1,49 +1,17 @@
 """tools/train.py with 2 CPU processes (gloo), a CaiT classifier with frozen_stages=1, with_cp
 (attention parts, whole blocks, or per stage) and layer decay: under mmengine's FlexibleRunner +
 FSDPStrategy with our block auto-wrap policy (every backbone block its own FSDP unit), and under
-DDP. Two steps with finite
-losses; frozen parameters stay, the others move; layer-decay groups from the unwrapped names."""
+DDP. Two steps with finite losses; frozen parameters stay, the others move; layer-decay groups from the unwrapped names."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from classifier_runs import classifier_config, run_launch, write_shape_folders
 
-from mmvit_ext.datasets.synthetic_shapes import CLASSES, render_scene
-
-ROOT = Path(__file__).resolve().parents[1]
-
-CONFIG = """
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmvit_ext', 'fsdp_dump'], allow_failed_imports=False)
-model = dict(
-    type='ImageClassifier',
-    backbone=dict(type='mmvit_ext.CaiT', arch=dict(embed_dims=32, depth=3, num_heads=2),
-                  img_size=64, out_type='cls_token', drop_path_rate=0.0, frozen_stages=1,
-                  with_cp={with_cp!r}),
-    neck=None,
-    head=dict(type='LinearClsHead', num_classes={num_classes}, in_channels=32,
-              loss=dict(type='CrossEntropyLoss')))
-data_preprocessor = dict(num_classes={num_classes}, mean=[127.5] * 3, std=[127.5] * 3,
-                         to_rgb=True)
-pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
-train_dataloader = dict(
-    batch_size=2, num_workers=0,
-    dataset=dict(type='CustomDataset', data_root='{data}', pipeline=pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-train_cfg = dict(by_epoch=False, max_iters=2)
-optim_wrapper = dict(
+TRAIN = dict(train_cfg='dict(by_epoch=False, max_iters=2)', optim_wrapper="""dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
-    paramwise_cfg=dict(layer_decay_rate=0.5))
-param_scheduler = []
-default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=100))
-custom_hooks = [dict(type='FSDPDumpHook', out_dir='{out}')]
-randomness = dict(seed=0)
-"""
+    paramwise_cfg=dict(layer_decay_rate=0.5))""")
 FSDP = """
 runner_type = 'FlexibleRunner'
 strategy = dict(type='FSDPStrategy', model_wrapper=dict(
@@ -95,25 +63,17 @@ class FSDPDumpHook(Hook):
 
 @pytest.mark.parametrize('wrapper,with_cp', [('fsdp', 'attn'), ('fsdp', True), ('ddp', [1, True])])
 def test_two_cpu_processes_train_with_frozen_stages_and_with_cp(tmp_path, wrapper, with_cp):
-    import mmcv
-    rng = np.random.default_rng(0)
-    for i in range(8):
-        image, _, objects = render_scene(rng, (64, 64), max_objects=1)
-        folder = tmp_path / 'data' / CLASSES[objects[0][0]]
-        folder.mkdir(parents=True, exist_ok=True)
-        mmcv.imwrite(image[..., ::-1], str(folder / f'{i:02d}.png'))
+    classes = write_shape_folders(tmp_path / 'data', 8)
     (tmp_path / 'fsdp_dump.py').write_text(DUMP)
-    classes = sorted(p.name for p in (tmp_path / 'data').iterdir())
     config = tmp_path / 'fsdp.py'
-    config.write_text(CONFIG.format(num_classes=len(classes), data=tmp_path / 'data',
-                                    out=tmp_path / 'out', with_cp=with_cp)
-                      + (FSDP if wrapper == 'fsdp' else ''))
-    env = {**os.environ, 'PYTHONPATH': f'{tmp_path}{os.pathsep}{os.environ.get("PYTHONPATH", "")}',
-           'PORT': str(29531 + (wrapper == 'ddp') + 2 * (with_cp is True)), 'OMP_NUM_THREADS': '1', 'PYTHON': sys.executable}
-    result = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
-                             str(tmp_path / 'work')], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    config.write_text(classifier_config(
+        depth=3, num_classes=len(classes), batch=2, data=tmp_path / 'data', out=tmp_path / 'out',
+        hook_module='fsdp_dump', hook='FSDPDumpHook',
+        backbone_extra=f', frozen_stages=1, with_cp={with_cp!r}', **TRAIN)
+        + (FSDP if wrapper == 'fsdp' else ''))
+    run_launch(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+                str(tmp_path / 'work')], tmp_path,
+               port=29531 + (wrapper == 'ddp') + 2 * (with_cp is True))
     ranks = [json.loads((tmp_path / f'out/rank{r}.json').read_text()) for r in (0, 1)]
     for dump in ranks:
         assert len(dump['losses']) == 2 and np.isfinite(dump['losses']).all()
