@@ -115,7 +115,9 @@ def parse_with_cp(value: Any, owner: str) -> CheckpointPlan:
 
 
 def checkpoint_block(block: nn.Module, *args: Any) -> Any:
-    """``block(*args)``, recomputed in backward with the forward's kernels."""
+    """``block(*args)``, recomputed in backward with the forward's kernels (through
+    :func:`~mmvit_ext.ops.with_kernels`, not a ``context_fn``: torch.compile refuses a custom
+    one)."""
     return cp.checkpoint(ops.with_kernels(block), *args, use_reentrant=False)
 
 
