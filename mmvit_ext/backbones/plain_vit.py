@@ -137,6 +137,7 @@ class PlainViTBase(BaseBackbone):
 
     num_prefix_tokens = 1
     default_patch_size = 16
+    interpolate_mode = 'bicubic'  # position-embedding resizing, at run time and on load
     vocabulary = MMSEG_VIT_VOCABULARY
 
     def __init__(self, arch: Union[str, dict, None] = None,
@@ -313,7 +314,7 @@ class PlainViTBase(BaseBackbone):
             side = math.isqrt(value.shape[1] - prefix)
             if side * side == value.shape[1] - prefix and value.shape[-1] == self.embed_dims:
                 state_dict['pos_embed'] = resize_pos_embed(value, (side, side), self.grid_size,
-                                                           num_prefix_tokens=prefix)
+                                                           prefix, self.interpolate_mode)
                 resized.append('pos_embed')
         return state_dict, resized
 
@@ -388,7 +389,8 @@ class PlainViTBase(BaseBackbone):
 
     def position_embedding(self, hw: Size2) -> torch.Tensor:
         """(1, num_prefix_tokens + h*w, C): the prefix slots and the grid resized to ``hw``."""
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens)
+        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens,
+                                self.interpolate_mode)
 
     def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
         """The tokens that run through the trunk before the patch tokens, each (B, n, C), given

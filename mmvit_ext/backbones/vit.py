@@ -10,7 +10,7 @@ embedding always has the class-token slot, as the official models have it.
 """
 import math
 from functools import partial
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,7 @@ from torch import nn
 
 from ..converters.layouts import StateDict
 from ..layers import (Mlp, PatchEmbed, Size2, WindowAttention, fit_window, interpolation_matrix,
-                      known_equal, resize_pos_embed)
+                      known_equal)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -351,15 +351,7 @@ class VisionTransformer(PlainViTBase):
         """Resize the position embedding (the trunk) and the relative-position tables, linearly
         as ViTDet does, to this model's window / grid. The position embedding is resized with
         ``interpolate_mode`` (mmseg's SETR configs: bilinear)."""
-        pos, own_pos = state_dict.get('pos_embed'), self.pos_embed
-        side = math.isqrt(pos.shape[1] - 1) if pos is not None else 0
-        resize_pos = pos is not None and pos.shape != own_pos.shape and \
-            side * side == pos.shape[1] - 1 and pos.shape[-1] == own_pos.shape[-1]
-        if resize_pos:
-            state_dict = dict(state_dict, pos_embed=resize_pos_embed(
-                pos, (side, side), self.grid_size, 1, self.interpolate_mode))
         state_dict, resized = super().adapt_state_dict(state_dict)
-        resized += ['pos_embed'] if resize_pos else []
         own = {k: v for k, v in self.named_parameters() if k.endswith(('rel_pos_h', 'rel_pos_w'))}
         for key, value in own.items():
             given = state_dict.get(key)
@@ -411,8 +403,7 @@ class VisionTransformer(PlainViTBase):
         if self.interpolate_offset:
             return dinov2_resize_pos_embed(self.pos_embed, self.grid_size, hw,
                                            self.interpolate_offset)
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens,
-                                self.interpolate_mode)
+        return super().position_embedding(hw)
 
     def embed_tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Size2]:
         tokens, hw = super().embed_tokens(x)
