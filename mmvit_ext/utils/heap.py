@@ -14,12 +14,15 @@ the host's business: on some hosts it reclaims them anyway and the setting gains
 """
 import ctypes
 import ctypes.util
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
+from typing import Iterator, Optional
 
 _M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
+_MMAP_THRESHOLD_MAX = 32 * 2 ** 20  # glibc's largest dynamic mmap threshold (64-bit)
 _INT_MAX = 2 ** 31 - 1
 _PROBE_BYTES = 64 * 2 ** 20  # above glibc's largest mmap threshold (32 MB)
 
@@ -95,6 +98,22 @@ def retain_freed_memory() -> HeapSetting:
     if mmapped:
         return HeapSetting(False, 'a 64 MB allocation still got its own mmap')
     return HeapSetting(True, 'large blocks now come from the retained heap')
+
+
+@contextmanager
+def unmap_freed_blocks(threshold: int = 64 * 2 ** 10) -> Iterator[bool]:
+    """Inside, every block of ``threshold`` bytes or more gets its own ``mmap`` and leaves the
+    resident set when freed, so RSS follows the live tensors (a CPU stand-in for CUDA's
+    ``max_memory_allocated``, without the heap's freed-but-kept pages; allocation is slower).
+    Yields whether glibc took the setting. On exit the threshold is 32 MB, glibc's largest
+    dynamic one, which a training loop's frees of large tensors drive it to anyway."""
+    libc = _glibc()
+    applied = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
+    try:
+        yield applied
+    finally:
+        if applied:
+            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
 
 
 def trim_freed_memory() -> bool:

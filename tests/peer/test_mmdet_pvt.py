@@ -1,22 +1,13 @@
 # Source: open-mmlab/mmdetection tests/test_models/test_backbones/test_pvt.py, read at commit
 # 4332b31b7f211ea63798881baf9796d7e1d53303 (the stored version; not compared with tag v3.3.0).
-# Changed: the import (our PyramidVisionTransformerV2 replaces mmdet's) and a fixture that builds in
-# mmdet's default scope, as its configs run.
+# Changed: the import (our PyramidVisionTransformerV2 replaces mmdet's).
+# Built in mmdet's default scope, as its configs run (conftest.py).
 # Left out: test_pvt_block and test_pvt (mmdet's PVT v1 classes PVTEncoderLayer and
 # PyramidVisionTransformer; we only have PVTv2).
 import pytest
 import torch
-from mmengine.registry import DefaultScope
 
 from mmvit_ext.backbones import PyramidVisionTransformerV2
-
-
-@pytest.fixture(autouse=True)
-def _mmdet_scope():
-    """Built in mmdet's default scope, as its configs run: ours then follows mmdet's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        yield
 
 
 def test_pvtv2():

@@ -1,22 +1,13 @@
 # Source: open-mmlab/mmdetection tests/test_models/test_backbones/test_swin.py, read at commit
 # 099397ba4c97d60bc0076c5cd7163461ccc741fb (the stored version; not compared with tag v3.3.0).
-# Changed: the import (our SwinTransformer replaces mmdet's) and a fixture that builds in
-# mmdet's default scope, as its configs run.
+# Changed: the import (our SwinTransformer replaces mmdet's).
+# Built in mmdet's default scope, as its configs run (conftest.py).
 # Left out: test_swin_block (mmdet's internal SwinBlock: block.ffn / block.attn.w_msa / its
 # with_cp attribute; our blocks are plain nn.Modules).
 import pytest
 import torch
-from mmengine.registry import DefaultScope
 
 from mmvit_ext.backbones import SwinTransformer
-
-
-@pytest.fixture(autouse=True)
-def _mmdet_scope():
-    """Built in mmdet's default scope, as its configs run: ours then follows mmdet's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmdet'):
-        yield
 
 
 def test_swin_transformer():

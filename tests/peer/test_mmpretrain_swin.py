@@ -1,7 +1,7 @@
 # Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/test_swin_transformer.py
-# Added: a fixture that builds in mmpretrain's default scope, as its configs run.
-# Imports changed: our SwinTransformer replaces mmpretrain's, our resize_pos_embed replaces
-# mmpretrain's test helper timm_resize_pos_embed (a bicubic resize of a token grid).
+# Built in mmpretrain's default scope, as its configs run (conftest.py).
+# Imports changed: our SwinTransformer replaces mmpretrain's; mmpretrain's test helper
+# timm_resize_pos_embed comes from peer_helpers (a bicubic resize of a token grid).
 # Left out (assertions on mmpretrain's internal classes and attribute names):
 #   test_arch: the custom arch embed_dims=256, num_heads=[6, 12, 6, 12] and its checks of
 #     stage.embed_dims / stage.blocks[0].attn.w_msa.num_heads (internal attributes): 256 is not
@@ -22,37 +22,12 @@ import tempfile
 from copy import deepcopy
 from unittest import TestCase
 
-import pytest
 import torch
-from mmengine.registry import DefaultScope
 from mmengine.runner import load_checkpoint, save_checkpoint
-from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
+
+from peer_helpers import timm_resize_pos_embed
 
 from mmvit_ext.backbones import SwinTransformer
-from mmvit_ext.layers import resize_pos_embed
-
-
-@pytest.fixture(autouse=True)
-def _mmpretrain_scope():
-    """Built in mmpretrain's default scope, as its configs run: ours then follows mmpretrain's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        yield
-
-
-def timm_resize_pos_embed(pos_embed, target, num_tokens=0):
-    side = int(math.isqrt(pos_embed.shape[1] - num_tokens))
-    new = int(math.isqrt(target.shape[1] - num_tokens))
-    return resize_pos_embed(pos_embed, (side, side), (new, new), num_tokens)
-
-
-def check_norm_state(modules, train_state):
-    """Check if norm layer is in correct train state."""
-    for mod in modules:
-        if isinstance(mod, _BatchNorm):
-            if mod.training != train_state:
-                return False
-    return True
 
 
 class TestSwinTransformer(TestCase):

@@ -1,8 +1,8 @@
 # Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/
 # test_vision_transformer.py.
-# Added: a fixture that builds in mmpretrain's default scope, as its configs run.
-# Imports changed: our VisionTransformer replaces mmpretrain's, our resize_pos_embed replaces
-# mmpretrain's test helper timm_resize_pos_embed (a bicubic resize of a token grid with one
+# Built in mmpretrain's default scope, as its configs run (conftest.py).
+# Imports changed: our VisionTransformer replaces mmpretrain's; mmpretrain's test helper
+# timm_resize_pos_embed comes from peer_helpers (a bicubic resize of a token grid with one
 # class-token slot).
 # Left out (assertions on mmpretrain's internal classes, attribute names and error wording):
 #   test_structure: for the custom arch, layer.attn.num_heads / layer.ffn.feedforward_channels
@@ -22,27 +22,12 @@ import tempfile
 from copy import deepcopy
 from unittest import TestCase
 
-import pytest
 import torch
-from mmengine.registry import DefaultScope
 from mmengine.runner import load_checkpoint, save_checkpoint
 
+from peer_helpers import timm_resize_pos_embed
+
 from mmvit_ext.backbones import VisionTransformer
-from mmvit_ext.layers import resize_pos_embed
-
-
-@pytest.fixture(autouse=True)
-def _mmpretrain_scope():
-    """Built in mmpretrain's default scope, as its configs run: ours then follows mmpretrain's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        yield
-
-
-def timm_resize_pos_embed(pos_embed, target, num_tokens=1):
-    side = int(math.isqrt(pos_embed.shape[1] - num_tokens))
-    new = int(math.isqrt(target.shape[1] - num_tokens))
-    return resize_pos_embed(pos_embed, (side, side), (new, new), num_tokens)
 
 
 class TestVisionTransformer(TestCase):

@@ -1,20 +1,11 @@
 # Source: open-mmlab/mmsegmentation tests/test_models/test_backbones/test_swin.py, read at commit
 # 119bbd838deba739ba488a59a7d724a3e1c56154 (the stored version; not compared with tag v1.2.2).
-# Changed: the import (our SwinTransformer replaces mmseg's) and a fixture that builds in
-# mmseg's default scope, as its configs run. Nothing left out.
+# Changed: the import (our SwinTransformer replaces mmseg's).
+# Built in mmseg's default scope, as its configs run (conftest.py). Nothing left out.
 import pytest
 import torch
-from mmengine.registry import DefaultScope
 
 from mmvit_ext.backbones import SwinTransformer
-
-
-@pytest.fixture(autouse=True)
-def _mmseg_scope():
-    """Built in mmseg's default scope, as its configs run: ours then follows mmseg's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        yield
 
 
 def test_swin_transformer():

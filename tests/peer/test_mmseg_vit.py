@@ -1,35 +1,18 @@
 # Source: open-mmlab/mmsegmentation tests/test_models/test_backbones/test_vit.py, read at the
 # stored version (index id 115518673: the 1.x file with output_cls_token and the irregular
 # 234 x 345 input; not compared with tag v1.2.2).
-# Changed: the import (our VisionTransformer replaces mmseg's), check_norm_state written here
-# (mmseg's tests/.../utils.py helper: every _BatchNorm in the given train state), and a fixture
-# that builds in mmseg's default scope, as its configs run.
+# Changed: the import (our VisionTransformer replaces mmseg's) and check_norm_state imported from
+# peer_helpers (mmseg's tests/.../utils.py helper: every _BatchNorm in the given train state).
+# Built in mmseg's default scope, as its configs run (conftest.py).
 # Left out: VisionTransformer.resize_pos_embed(x, 512, 512, 224, 224, 'bilinear') raising
 #   TypeError (a static helper of mmseg's class, with another argument order than mmpretrain's
 #   of the same name; ours is mmvit_ext.layers.resize_pos_embed, not a class attribute).
 import pytest
 import torch
-from mmengine.registry import DefaultScope
-from torch.nn.modules.batchnorm import _BatchNorm
+
+from peer_helpers import check_norm_state
 
 from mmvit_ext.backbones import VisionTransformer
-
-
-@pytest.fixture(autouse=True)
-def _mmseg_scope():
-    """Built in mmseg's default scope, as its configs run: ours then follows mmseg's
-    semantics where the peers differ (docs/peer_semantics.md)."""
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        yield
-
-
-def check_norm_state(modules, train_state):
-    """Check if norm layer is in correct train state."""
-    for mod in modules:
-        if isinstance(mod, _BatchNorm):
-            if mod.training != train_state:
-                return False
-    return True
 
 
 def test_vit_backbone():
