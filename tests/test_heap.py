@@ -41,7 +41,6 @@ def test_retain_heap_flag_reports_its_outcome():
 UNMAP_PROBE = '''
 import torch
 from mmvit_ext.utils.heap import mmapped_blocks, unmap_freed_blocks
-from mmvit_ext.benchmark.measure import PeakMemory
 
 def blocks_for(nbytes):
     before = mmapped_blocks()
@@ -54,19 +53,14 @@ print(*blocks_for(256 * 2 ** 10))
 with unmap_freed_blocks() as applied:
     print(applied, *blocks_for(256 * 2 ** 10))
 print(*blocks_for(256 * 2 ** 10))
-with PeakMemory(torch.device('cpu'), live=True) as mem:
-    x = torch.ones(64 * 2 ** 20, dtype=torch.uint8)
-    del x
-print(mem.peak >= 64 * 2 ** 20)
 '''
 
 
 def test_unmap_freed_blocks_gives_a_256k_block_its_own_mapping_only_inside():
     """Inside unmap_freed_blocks a 256 KB tensor is its own mmap, unmapped when freed (so the
     resident set follows live tensors); outside, before and after, it comes from the heap
-    (glibc's default threshold is 128 KB, 32 MB on exit); PeakMemory(live=True) sees a freed
-    64 MB tensor's peak."""
+    (glibc's default threshold is 128 KB, 32 MB on exit)."""
     result = subprocess.run([sys.executable, '-c', UNMAP_PROBE], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split('\n')[:4] == ['0 0', 'True 1 0', '0 0', 'True'], result.stdout
+    assert result.stdout.split('\n')[:3] == ['0 0', 'True 1 0', '0 0'], result.stdout

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..ops import cpu_gemm
-from ..utils.heap import trim_freed_memory, unmap_freed_blocks
+from ..utils.heap import trim_freed_memory
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -37,14 +37,10 @@ def _release_free_heap() -> None:
 
 class PeakMemory:
     """Peak memory growth inside the block: CUDA max-allocated, or CPU peak RSS sampled every
-    millisecond by a thread, after returning freed heap pages to the OS. ``live=True`` (CPU):
-    freed blocks of 64 KB or more leave the resident set at once
-    (:func:`~mmvit_ext.utils.heap.unmap_freed_blocks`), so the peak is that of the live
-    tensors, as on CUDA, rather than of the heap glibc kept (slower allocation)."""
+    millisecond by a thread, after returning freed heap pages to the OS."""
 
-    def __init__(self, device: torch.device, live: bool = False) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.live = live
         self.peak = 0
 
     @staticmethod
@@ -58,9 +54,6 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
         else:
-            self._heap = contextlib.ExitStack()
-            if self.live:
-                self._heap.enter_context(unmap_freed_blocks())
             _release_free_heap()
             self._base = self._rss()
             self._max = self._base
@@ -82,7 +75,6 @@ class PeakMemory:
             self._stop.set()
             self._thread.join()
             self.peak = max(self._max, self._rss()) - self._base
-            self._heap.close()
 
 
 def _loss(outputs: Sequence[torch.Tensor]) -> torch.Tensor:

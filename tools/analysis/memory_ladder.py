@@ -5,12 +5,12 @@ bf16 autocast x our activation-checkpointing settings, against mmdet's own Swin 
 One step is the detector's loss forward + backward on a synthetic annotated image (batch
 ``--batch``); gradients are dropped after it. Peak memory is the growth during that step over the
 memory held before it (weights, detector): CUDA ``max_memory_allocated``, or on CPU the peak
-resident set (RSS, sampled every ms) with every freed block of 64 KB or more handed back to the
-OS at once -- the live tensors, the same a GPU would hold, without the heap's kept pages.
-``--warmup`` steps run before the first row of each implementation and dtype; each row then runs
-one step measured for memory, and ``--repeat`` timed steps follow over all rows in turn
-(A B A B ...); the time is their median (with ``--repeat 0``, the memory step's time, which on
-CPU allocates more slowly). Rows print as they finish. bf16 / fp16 autocast covers the whole step on CUDA,
+resident set (RSS, sampled every ms) of a process in which every block of 64 KB or more is its
+own mapping, handed back to the OS when freed (set before the models are built) -- the live
+tensors, the same a GPU would hold, without the pages glibc's heap keeps. ``--warmup`` steps run
+before the first row of each implementation and dtype; each row then runs one step measured for
+memory, and ``--repeat`` timed steps follow over all rows in turn (A B A B ...); the time is
+their median (with ``--repeat 0``, the memory step's). Rows print as they finish. bf16 / fp16 autocast covers the whole step on CUDA,
 the backbone and neck on CPU (mmcv's CPU NMS has no bf16 kernel).
 
 Example (the table of docs/big_models.md):
@@ -19,6 +19,7 @@ Example (the table of docs/big_models.md):
 """
 import argparse
 import ast
+import contextlib
 import copy
 import statistics
 import time
@@ -34,6 +35,7 @@ from mmvit_ext.benchmark.measure import DTYPES, PeakMemory, run_once
 from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.registry import MODELS
 from mmvit_ext.utils.build import build_model
+from mmvit_ext.utils.heap import unmap_freed_blocks
 
 CONFIG = 'configs/mask_rcnn_swin_t_fpn_1x_coco.py'
 # (implementation, dtype, with_cp), the reference first; mmdet's Swin takes only bools
@@ -160,7 +162,7 @@ def measure(rows: List[Row], steps: Dict[str, DetectorTrainStep], x: torch.Tenso
             for _ in range(warmup):
                 step(row)
             warmed.add((row.impl, row.dtype))
-        with PeakMemory(x.device, live=True) as mem:
+        with PeakMemory(x.device) as mem:
             seconds = step(row)
         row.peak = mem.peak
         if not repeat:
@@ -215,14 +217,19 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
     rows = parse_rows(args.rows)
     device = torch.device(args.device)
+    with unmap_freed_blocks() if device.type == 'cpu' else contextlib.nullcontext():
+        run(args, rows, device)
+
+
+def run(args: argparse.Namespace, rows: List[Row], device: torch.device) -> None:
     detectors = build_detectors(args, any(r.impl == 'mmdet' for r in rows))
     steps = {name: DetectorTrainStep(d).to(device).train() for name, d in detectors.items()}
     x = torch.randn(args.batch, 3, *args.size, device=device)
     name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
+    peak = ('max_memory_allocated' if device.type == 'cuda'
+            else 'peak RSS, blocks >= 64 KB unmapped when freed')
     head = (f'Mask R-CNN Swin-{args.arch}, batch {args.batch}, {args.size[0]}x{args.size[1]}, '
-            f'one training step (fwd+bwd), {name}; peak = '
-            f'{"max_memory_allocated" if device.type == "cuda" else "peak RSS of live blocks"} '
-            f'growth')
+            f'one training step (fwd+bwd), {name}; peak = {peak} growth')
     print(head, flush=True)
     measure(rows, steps, x, args.warmup, args.repeat)
     lines = [head, '', *table(rows), '', goal(rows)]
