@@ -229,7 +229,7 @@ def run(args: argparse.Namespace, rows: List[Row], device: torch.device) -> None
     peak = ('max_memory_allocated' if device.type == 'cuda'
             else 'peak RSS, blocks >= 64 KB unmapped when freed')
     head = (f'Mask R-CNN Swin-{args.arch}, batch {args.batch}, {args.size[0]}x{args.size[1]}, '
-            f'one training step (fwd+bwd), {name}; peak = {peak} growth')
+            f'one training step (fwd+bwd), {name}; peak = growth of {peak}')
     print(head, flush=True)
     measure(rows, steps, x, args.warmup, args.repeat)
     lines = [head, '', *table(rows), '', goal(rows)]
