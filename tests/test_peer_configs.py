@@ -18,10 +18,10 @@ from unittest import mock
 import pytest
 import torch
 
-pytest.importorskip('mmdet')
-pytest.importorskip('mmseg')
-pytest.importorskip('mmpretrain')
-from mmengine.config import Config  # noqa: E402
+import mmdet  # noqa: F401  (the peers are dependencies: a missing one fails, not skips)
+import mmpretrain  # noqa: F401
+import mmseg  # noqa: F401
+from mmengine.config import Config
 
 import mmvit_ext  # noqa: E402,F401  (registers the mmvit_ext scope)
 from mmvit_ext.backbones import family_classes  # noqa: E402

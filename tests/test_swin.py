@@ -6,7 +6,7 @@ from mmvit_ext.backbones import SwinTransformer
 from mmvit_ext.converters import CheckpointError, convert_official_swin
 from official_layouts import official_swin_state_dict
 
-timm = pytest.importorskip('timm')  # test-only reference, installed by tools/setup_env.sh
+import timm  # test-only reference, installed by tools/setup_env.sh
 
 ARCHS = {'tiny': (96, (2, 2, 6, 2), (3, 6, 12, 24)), 'small': (96, (2, 2, 18, 2), (3, 6, 12, 24)),
          'base': (128, (2, 2, 18, 2), (4, 8, 16, 32))}
