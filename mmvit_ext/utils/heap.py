@@ -110,7 +110,7 @@ def unmap_freed_blocks(threshold: int = 64 * 2 ** 10) -> Iterator[bool]:
     libc = _glibc()
     applied = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
     if applied:
-        libc.malloc_trim(0)  # glibc maps a block only when the heap's top cannot serve it
+        trim_freed_memory()  # glibc maps a block only when the heap's top cannot serve it
     try:
         yield applied
     finally:

@@ -10,8 +10,9 @@ own mapping, handed back to the OS when freed (set before the models are built) 
 tensors, the same a GPU would hold, without the pages glibc's heap keeps. ``--warmup`` steps run
 before the first row of each implementation and dtype; each row then runs one step measured for
 memory, and ``--repeat`` timed steps follow over all rows in turn (A B A B ...); the time is
-their median (with ``--repeat 0``, the memory step's). Rows print as they finish. bf16 / fp16 autocast covers the whole step on CUDA,
-the backbone and neck on CPU (mmcv's CPU NMS has no bf16 kernel).
+their median (with ``--repeat 0``, the memory step's). Rows print as they finish. bf16 / fp16
+autocast covers the whole step on CUDA, the backbone and neck on CPU (mmcv's CPU NMS has no bf16
+kernel).
 
 Example (the table of docs/big_models.md):
     python tools/analysis/memory_ladder.py --arch large --size 800 1333
@@ -200,13 +201,11 @@ def goal(rows: List[Row], max_mem: float = 0.6, max_time: float = 1.25) -> str:
     fits = [r for r in rows if r.impl == 'ours' and r.peak <= max_mem * ref.peak
             and r.seconds <= max_time * ref.seconds]
     if not fits:
-        ours = [r for r in rows if r.impl == 'ours']
-        low = min(ours, key=lambda r: r.peak) if ours else None
+        low = min((r for r in rows if r.impl == 'ours'), key=lambda r: r.peak, default=None)
         lowest = (f'; lowest peak: ours {low.dtype} with_cp={low.with_cp!r}, '
                   f'{low.peak / ref.peak:.2f}x at {low.seconds / ref.seconds:.2f}x time'
                   if low else '')
-        return (f'GOAL not met: no row of ours within {max_mem}x peak at {max_time}x time'
-                f'{lowest}')
+        return f'GOAL not met: no row of ours within {max_mem}x peak at {max_time}x time{lowest}'
     best = min(fits, key=lambda r: r.peak)
     return (f'GOAL met: ours {best.dtype} with_cp={best.with_cp!r}: '
             f'{best.peak / ref.peak:.2f}x peak at {best.seconds / ref.seconds:.2f}x time of '
