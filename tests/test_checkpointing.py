@@ -2,6 +2,8 @@
 what it selects and gives the plain run's gradients in every registered family, with the CPU
 kernels on and off; also with frozen_stages, bf16 autocast and torch.compile. Bad settings raise
 naming with_cp; eval and no-grad forwards recompute nothing."""
+import contextlib
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from backbone_cases import SMALL
 from mmvit_ext import flags
 from mmvit_ext.backbones import family_classes
 from mmvit_ext.errors import ConfigError
+from mmvit_ext.ops import cpu_attention
 from mmvit_ext.registry import MODELS
 
 FAMILIES = sorted(cls.__name__ for cls in family_classes().values())
@@ -26,6 +29,41 @@ def test_every_registered_family_has_a_small_case():
 def test_setting_gives_plain_gradients(name, setting, kernels):
     with flags.kernels(kernels):
         contract.check_with_cp(MODELS.get(name), SMALL[name], setting)
+
+
+def _token_wise(name):
+    model = MODELS.get(name)(**SMALL[name])
+    return all(getattr(b.mlp, 'token_wise', False) for s in model.checkpoint_stages() for b in s)
+
+
+@pytest.mark.parametrize('kernels', flags.KERNEL_CHOICES)
+@pytest.mark.parametrize('name', FAMILIES)
+def test_mlp_chunks_give_plain_gradients(name, kernels):
+    """Whole blocks with their MLP in token chunks: the plain run's outputs and gradients;
+    a family whose MLP mixes tokens (PVTv2's depthwise conv) is refused, naming it."""
+    setting = dict(blocks=True, mlp_chunks=3)
+    with flags.kernels(kernels):
+        if _token_wise(name):
+            contract.check_with_cp(MODELS.get(name), SMALL[name], setting)
+        else:
+            with pytest.raises(ConfigError, match='mlp_chunks needs a token-wise MLP'):
+                contract.check_with_cp(MODELS.get(name), SMALL[name], setting)
+
+
+def test_mlp_chunks_recompute_each_chunk_on_its_own():
+    """fc1 of a chunked block's MLP runs once per chunk in the forward, again in the block's
+    recomputation and again in chunks' own recomputations (more than those 2 x 3 calls; the
+    block's recomputation may stop early); bf16 autocast gives the plain run's gradients."""
+    plain, ckpt = _pair('SwinTransformer', dict(blocks=[1, 0, 0, 0], mlp_chunks=3))
+    calls = []
+    ckpt.layers[0].blocks[0].mlp.fc1.register_forward_pre_hook(lambda *_: calls.append(1))
+    x = torch.randn(2, 3, 64, 48)
+    _assert_same(_grads(ckpt, x), _grads(plain, x))
+    assert len(calls) > 2 * 3
+    plain, ckpt = _pair('SwinTransformer', dict(blocks=True, mlp_chunks=3))
+    got = _grads(ckpt, x, torch.bfloat16)
+    with cpu_attention.lean():  # as whole checkpointed blocks run
+        _assert_same(got, _grads(plain, x, torch.bfloat16))
 
 
 def test_classifier_counts_class_attention_blocks_as_a_stage():
@@ -74,9 +112,16 @@ def test_frozen_stages(name, setting):
 @pytest.mark.parametrize('setting', [True, 'mlp', 'attn'])
 @pytest.mark.parametrize('name', ['SwinTransformer', 'PyramidVisionTransformerV2'])
 def test_bf16_autocast(name, setting):
+    """The plain run's gradients; whole blocks run the lean CPU kernels (no bf16 map saved),
+    so the plain run with those: the default kernels' agree to bf16 rounding."""
     plain, ckpt = _pair(name, setting)
     x = torch.randn(2, 3, 64, 48)
-    _assert_same(_grads(ckpt, x, torch.bfloat16), _grads(plain, x, torch.bfloat16))
+    got = _grads(ckpt, x, torch.bfloat16)
+    with cpu_attention.lean() if setting is True else contextlib.nullcontext():
+        _assert_same(got, _grads(plain, x, torch.bfloat16))
+    default = _grads(plain, x, torch.bfloat16)
+    for key, grad in got.items():
+        assert (grad - default[key]).norm() <= 0.05 * default[key].norm() + 1e-6, key
 
 
 def test_torch_compile():
@@ -111,6 +156,8 @@ def test_eval_and_no_grad_recompute_nothing(setting):
     ([1, 'x'], 'with_cp blocks must be'),
     (dict(part='qkv'), "with_cp part='qkv'"),
     (dict(blocks=1, layers=2), "unknown keys \\['layers'\\]"),
+    (dict(mlp_chunks=0), 'mlp_chunks must be an int >= 1'),
+    (dict(part='attn', mlp_chunks=2), "it needs part='block'"),
 ])
 def test_bad_settings_raise(value, match):
     with pytest.raises(ConfigError, match=match):

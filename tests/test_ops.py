@@ -83,7 +83,7 @@ def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkey
     q, k, v = (torch.randn(*shape, dtype=dtype, requires_grad=True) for _ in range(3))
     bias = torch.randn(*bias_shape, requires_grad=True)
     if chunk is not None:
-        assert cpu_attention._Chunks(q, k, v, bias).step == chunk // (2 * 3 * 49 * 49)
+        assert cpu_attention._Chunks(q, k, v, (bias,)).step == chunk // (2 * 3 * 49 * 49)
     assert cpu_attention.small_map_applies(q, k, 0.0)
     assert not cpu_attention.small_map_applies(q, k, 0.1)
     grad = torch.randn(shape, dtype=dtype)
@@ -103,6 +103,42 @@ def test_small_map_kernel_matches_sdpa(dtype, windows, bias_shape, chunk, monkey
         torch.testing.assert_close(a.float(), b.float(), **tol)
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_small_map_kernel_bias_terms(dtype, monkeypatch):
+    """A per-head bias and a per-window mask passed as terms (Swin's shifted windows) give the
+    summed bias's output and gradients, and the kernel keeps no (windows x heads) sum: it saves
+    the terms as they are. bf16 included (the small-map kernel, the explicit map kept off)."""
+    monkeypatch.setattr(cpu_attention, 'EXPLICIT_HALF_MAX_KEYS', 0)
+    monkeypatch.setattr(cpu_attention, 'SMALL_MAP_CHUNK_ELEMENTS', 2 * 2 * 3 * 49 * 49)
+    q, k, v = (torch.randn(2, 5, 3, 49, 16, dtype=dtype, requires_grad=True) for _ in range(3))
+    head_bias = torch.randn(3, 49, 49, requires_grad=True)
+    mask = torch.randn(5, 1, 49, 49)
+    grad = torch.randn(q.shape, dtype=dtype)
+    ours = cpu_attention.scaled_dot_product_attention(q, k, v, (head_bias, mask), scale=0.25)
+    assert type(ours.grad_fn).__name__ == 'SmallMapAttentionBackward'
+    assert [tuple(t.shape) for t in ours.grad_fn.saved_tensors[3:]] == [(3, 49, 49), (5, 1, 49, 49)]
+    got = [ours] + list(torch.autograd.grad(ours, (q, k, v, head_bias), grad))
+    ref = scaled_dot_product_attention(q, k, v, head_bias + mask, scale=0.25)
+    want = [ref] + list(torch.autograd.grad(ref, (q, k, v, head_bias), grad))
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+
+
+def test_lean_blocks_keep_no_bf16_map():
+    """bf16 training on windows takes the explicit map (saved), inside cpu_attention.lean()
+    (blocks checkpointed for memory) the small-map kernel (no map saved)."""
+    q, k, v = (torch.randn(2, 5, 3, 49, 16, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = cpu_attention.scaled_dot_product_attention(q, k, v, scale=0.25)
+    assert type(out.grad_fn).__name__ != 'SmallMapAttentionBackward'
+    with cpu_attention.lean():
+        lean = cpu_attention.scaled_dot_product_attention(q, k, v, scale=0.25)
+    assert type(lean.grad_fn).__name__ == 'SmallMapAttentionBackward'
+    torch.testing.assert_close(lean.float(), out.float(), rtol=3e-2, atol=3e-2)
+
+
 def test_small_map_kernel_keys_broadcast_over_batch():
     """Keys / values shared by every batch element get their gradients summed over it."""
     q = torch.randn(2, 3, 100, 16, requires_grad=True)
@@ -110,7 +146,7 @@ def test_small_map_kernel_keys_broadcast_over_batch():
     grad = torch.randn(2, 3, 100, 16)
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # e.g. an out= tensor resized
-        got = torch.autograd.grad(cpu_attention.SmallMapAttention.apply(q, k, v, None, 0.25),
+        got = torch.autograd.grad(cpu_attention.SmallMapAttention.apply(q, k, v, 0.25),
                                   (q, k, v), grad)
     ref = F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q), scale=0.25)
     for a, b in zip(got, torch.autograd.grad(ref, (q, k, v), grad)):

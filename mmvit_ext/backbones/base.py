@@ -24,8 +24,8 @@ from ..converters.layouts import StateDict
 from ..converters.loading import LoadReport, current_source, prepare_state_dict
 from ..layers import AttentionBase, resize_rel_pos_table
 from ..errors import ConfigError
-from .checkpointing import (CheckpointPlan, PartCheckpoints, checkpoint_block, parse_with_cp,
-                            part_module)
+from .checkpointing import (CheckpointPlan, MlpChunks, PartCheckpoints, checkpoint_block,
+                            parse_with_cp, part_module)
 from .vocabulary import Vocabulary, normalise_init_cfg
 
 # (params in millions, GFLOPs) of a preset in classifier form at 224x224; None: not published
@@ -104,6 +104,7 @@ class BaseBackbone(BaseModule):
         self.frozen_stages = -1
         self.norm_eval = False
         self._cp_parts = PartCheckpoints()
+        self._cp_chunks = MlpChunks()
         self._cp_key: Optional[Tuple] = None
         self._cp_blocks: FrozenSet[int] = frozenset()  # every block, and those run whole
         self._cp_whole: FrozenSet[int] = frozenset()
@@ -278,6 +279,9 @@ class BaseBackbone(BaseModule):
         self._cp_whole = frozenset(id(b) for b, p in zip(blocks, parts) if p == 'block')
         self._cp_parts.select([part_module(b, p, name) for b, p in zip(blocks, parts)
                                if p not in (None, 'block')])
+        self._cp_chunks.select([part_module(b, 'mlp', name) for b, p in zip(blocks, parts)
+                                if p == 'block'] if self._cp_plan.mlp_chunks > 1 else [],
+                               self._cp_plan.mlp_chunks, name)
         self._cp_key = key
 
     def run_block(self, block: nn.Module, *args: Any) -> Any:

@@ -15,6 +15,12 @@ which part of each (the whole block, only its attention or only its MLP).
                                                 are not recomputed: the norm's output is saved)
 ``dict(blocks=..., part='attn')``               ``blocks`` any of the above selections, ``part``
                                                 ``'block'`` (default), ``'attn'`` or ``'mlp'``
+``dict(blocks=..., mlp_chunks=N)``              whole blocks, and in their recomputation the MLP
+                                                runs in N token chunks, each recomputed again
+                                                on its own in backward: its hidden activations
+                                                exist for one chunk at a time (token-wise MLPs,
+                                                ``token_wise = True``; not PVTv2's convolutional
+                                                one)
 ==============================================  ================================================
 
 A stage is a group of :meth:`~mmvit_ext.backbones.BaseBackbone.checkpoint_stages`: the four
@@ -28,8 +34,10 @@ frozen parameters and autocast work as without it; under ``torch.compile`` use w
 compiled forward skips parts with a warning, and their hooks break the graph at every part),
 runs only in training with gradients enabled, recomputes with the CPU kernels the forward ran with
 (:mod:`mmvit_ext.ops`) and the forward's random state (dropout and drop path give the same
-values).
+values; MLP dropout in chunks draws per chunk). Whole blocks run with the CPU kernels' memory
+choices (:func:`mmvit_ext.ops.with_kernels` ``lean``: no bf16 attention map is saved).
 """
+import functools
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -50,10 +58,12 @@ BlockSelection = Union[bool, int, Tuple[Union[bool, int], ...]]
 @dataclass(frozen=True)
 class CheckpointPlan:
     """A parsed ``with_cp``: ``blocks`` (``True`` all, an int the first N in run order, or one
-    bool / int per stage) and ``part`` (one of :data:`PARTS`)."""
+    bool / int per stage), ``part`` (one of :data:`PARTS`) and ``mlp_chunks`` (token chunks of
+    the MLP inside whole blocks; 1: one piece)."""
 
     blocks: BlockSelection
     part: str = 'block'
+    mlp_chunks: int = 1
 
     @property
     def active(self) -> bool:
@@ -102,15 +112,21 @@ def parse_with_cp(value: Any, owner: str) -> CheckpointPlan:
                               f"part of every block: 'attn' or 'mlp'")
         return CheckpointPlan(True, value)
     if isinstance(value, dict):
-        unknown = set(value) - {'blocks', 'part'}
+        unknown = set(value) - {'blocks', 'part', 'mlp_chunks'}
         if unknown:
             raise ConfigError(f'{owner}: with_cp dict has unknown keys {sorted(unknown)} '
-                              f"(allowed: 'blocks', 'part')")
+                              f"(allowed: 'blocks', 'part', 'mlp_chunks')")
         part = value.get('part', 'block')
         if part not in PARTS:
             raise ConfigError(f'{owner}: with_cp part={part!r} is not supported; choose one of '
                               f'{PARTS}')
-        return CheckpointPlan(_selection(value.get('blocks', True), owner), part)
+        chunks = value.get('mlp_chunks', 1)
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise ConfigError(f'{owner}: with_cp mlp_chunks must be an int >= 1, got {chunks!r}')
+        if chunks > 1 and part != 'block':
+            raise ConfigError(f"{owner}: with_cp mlp_chunks={chunks} chunks the MLP of whole "
+                              f"blocks; it needs part='block', got part={part!r}")
+        return CheckpointPlan(_selection(value.get('blocks', True), owner), part, chunks)
     return CheckpointPlan(_selection(value, owner))
 
 
@@ -118,7 +134,7 @@ def checkpoint_block(block: nn.Module, *args: Any) -> Any:
     """``block(*args)``, recomputed in backward with the forward's kernels (through
     :func:`~mmvit_ext.ops.with_kernels`, not a ``context_fn``: torch.compile refuses a custom
     one)."""
-    return cp.checkpoint(ops.with_kernels(block), *args, use_reentrant=False)
+    return cp.checkpoint(ops.with_kernels(block, lean=True), *args, use_reentrant=False)
 
 
 def part_module(block: nn.Module, part: str, owner: str) -> nn.Module:
@@ -163,6 +179,46 @@ class PartCheckpoints:
             hook_checkpoint.state(module).enable_hook = on and key in self.selected
 
 
+class MlpChunks:
+    """The MLPs of whole checkpointed blocks run in token chunks (``mlp_chunks``), attached from
+    outside: the module's ``forward`` is shadowed on the instance (names, state dict and the
+    class's code stay as they are)."""
+
+    def __init__(self) -> None:
+        self.modules: Dict[int, nn.Module] = {}
+        self.warned = False
+
+    def select(self, modules: Sequence[nn.Module], chunks: int, owner: str) -> None:
+        """Chunk exactly ``modules`` in ``chunks`` pieces from now on (1: none)."""
+        for module in self.modules.values():
+            module.cp_mlp_chunks = 1
+        for module in modules:
+            if not getattr(module, 'token_wise', False):
+                raise ConfigError(f'{owner}: with_cp mlp_chunks needs a token-wise MLP '
+                                  f'(token_wise = True); {type(module).__name__} mixes tokens')
+            if 'forward' not in vars(module):
+                module.forward = functools.partial(self.forward, module)
+            module.cp_mlp_chunks = chunks
+            self.modules[id(module)] = module
+
+    def forward(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``module(x)``; in training with gradients, in token chunks (axis -2) each checkpointed
+        with the kernels of now."""
+        chunks = module.cp_mlp_chunks
+        run = ops.module_forward(module)
+        if chunks < 2 or not (module.training and torch.is_grad_enabled()):
+            return run(x)
+        if torch.compiler.is_compiling():
+            if not self.warned:
+                warnings.warn('with_cp mlp_chunks does not chunk in a forward compiled by '
+                              'torch.compile; the MLP runs whole')
+                self.warned = True
+            return run(x)
+        context = _RecomputeWithKernels(module)
+        return torch.cat([cp.checkpoint(run, part, use_reentrant=False, context_fn=context)
+                          for part in x.chunk(chunks, dim=-2)], dim=-2)
+
+
 class _RecomputeWithKernels:
     """``context_fn`` of the hooks: the recomputation runs with the kernels the forward had."""
 
@@ -174,4 +230,4 @@ class _RecomputeWithKernels:
 
 
 __all__ = ['PARTS', 'CheckpointPlan', 'parse_with_cp', 'checkpoint_block', 'part_module',
-           'PartCheckpoints']
+           'PartCheckpoints', 'MlpChunks']

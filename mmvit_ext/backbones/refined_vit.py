@@ -7,8 +7,8 @@ from typing import Any, List, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ..layers import (ConvStemEmbed, RefinerMap, Size2, WindowAttention, explicit_attention,
-                      map_attention)
+from ..layers import (AttnBias, ConvStemEmbed, RefinerMap, Size2, WindowAttention,
+                      explicit_attention, map_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
@@ -37,7 +37,7 @@ class RefinerAttention(WindowAttention):
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
             self.refine = RefinerMap(num_heads, expand_ratio, kernel_size, scale=self.scale)
 
-    def attend_carried(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor],
+    def attend_carried(self, x: torch.Tensor, attn_bias: AttnBias,
                        prev_map: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Tokens (*batch, N, C) -> (output tokens, map carried on)."""
         *batch, n, _ = x.shape

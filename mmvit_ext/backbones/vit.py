@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (Mlp, PatchEmbed, Size2, WindowAttention, fit_window, interpolation_matrix,
-                      known_equal)
+from ..layers import (AttnBias, Mlp, PatchEmbed, Size2, WindowAttention, bias_terms, fit_window,
+                      interpolation_matrix, known_equal)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -41,6 +41,8 @@ class SwiGLU(nn.Module):
 
     The hidden width is DINOv2's: 2/3 of ``hidden_features`` rounded up to a multiple of 8.
     """
+
+    token_wise = True
 
     def __init__(self, dim: int, hidden_features: int, drop: float = 0.0) -> None:
         super().__init__()
@@ -100,9 +102,9 @@ class RelPosAttention(WindowAttention):
         return super().forward(x, hw)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+               attn_bias: AttnBias = None) -> torch.Tensor:
         bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
-        return super().attend(q, k, v, bias if attn_bias is None else attn_bias + bias)
+        return super().attend(q, k, v, (*bias_terms(attn_bias), bias))
 
 
 def dinov2_resize_pos_embed(pos_embed: torch.Tensor, src_hw: Size2, dst_hw: Size2,

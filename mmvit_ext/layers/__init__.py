@@ -1,7 +1,8 @@
 """Shared layers: plain nn.Modules used by every backbone family (no device-specific code;
 CPU kernels live in :mod:`mmvit_ext.ops`)."""
-from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, MapTransform,
-                        explicit_attention, map_attention, scaled_dot_product_attention)
+from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, AttnBias,
+                        MapTransform, bias_terms, explicit_attention, map_attention,
+                        scaled_dot_product_attention, sum_bias)
 from .drop import DropPath, linear_drop_path_rates
 from .init import init_linear_and_norm
 from .layer_scale import LayerScale
@@ -20,7 +21,8 @@ from .window import (WindowAttention, WindowGeometry, fit_window, join_windows,
                      shifted_window_mask, split_windows, window_partition, window_reverse)
 
 __all__ = [
-    'Attention', 'AttentionBase', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'Attention', 'AttentionBase', 'AttnBias', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'bias_terms', 'sum_bias',
     'scaled_dot_product_attention', 'explicit_attention', 'map_attention', 'ReAttention',
     'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
     'split_windows', 'join_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',

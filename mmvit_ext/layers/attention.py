@@ -18,6 +18,10 @@ The final map always passes through ``attn_map`` (an Identity) for analysis hook
 honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: that is how
 :mod:`mmvit_ext.ops` substitutes CPU kernels with the same semantics. Nothing here depends on
 the device; :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
+
+An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
+(Swin's per-head position bias and per-window shift mask): kept apart, no (windows x heads x
+N x N) sum is built unless a kernel needs one tensor.
 """
 import math
 from typing import Optional, Sequence, Tuple, Union
@@ -31,6 +35,25 @@ from .. import flags
 
 PRE_SOFTMAX = 'pre_softmax'
 POST_SOFTMAX = 'post_softmax'
+AttnBias = Union[None, torch.Tensor, Tuple[torch.Tensor, ...]]
+
+
+def bias_terms(attn_bias: AttnBias) -> Tuple[torch.Tensor, ...]:
+    """The additive terms of ``attn_bias``: ``()``, ``(tensor,)`` or the tuple itself."""
+    if attn_bias is None:
+        return ()
+    return tuple(attn_bias) if isinstance(attn_bias, tuple) else (attn_bias,)
+
+
+def sum_bias(attn_bias: AttnBias) -> Optional[torch.Tensor]:
+    """``attn_bias`` as one tensor (its terms summed, broadcast), or ``None``."""
+    terms = bias_terms(attn_bias)
+    if not terms:
+        return None
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
 class MapTransform(nn.Module):
@@ -47,8 +70,7 @@ def fold_leading(t: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 attn_bias: Optional[torch.Tensor] = None,
-                                 dropout_p: float = 0.0,
+                                 attn_bias: AttnBias = None, dropout_p: float = 0.0,
                                  scale: Optional[float] = None) -> torch.Tensor:
     """softmax(q k^T * scale + bias) v for q (..., H, N, d), k / v (..., H, M, d).
 
@@ -59,6 +81,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         return handle_torch_function(scaled_dot_product_attention, (q, k, v), q, k, v,
                                      attn_bias=attn_bias, dropout_p=dropout_p, scale=scale)
     lead = q.shape[:-3]
+    attn_bias = sum_bias(attn_bias)
     if attn_bias is not None and attn_bias.dtype not in (q.dtype, torch.bool):
         attn_bias = attn_bias.to(q.dtype)  # autocast: the fused kernels take one dtype
     if len(lead) != 1:
@@ -71,7 +94,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                       attn_bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                       attn_bias: AttnBias = None, dropout_p: float = 0.0,
                        transforms: Sequence[MapTransform] = (),
                        attn_map: Optional[nn.Module] = None,
                        carried_map: Optional[torch.Tensor] = None, return_map: bool = False
@@ -89,8 +112,8 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
                                      transforms=transforms, attn_map=attn_map,
                                      carried_map=carried_map, return_map=return_map)
     logits = (q * scale) @ k.transpose(-2, -1)
-    if attn_bias is not None:
-        logits = logits + attn_bias
+    for term in bias_terms(attn_bias):
+        logits = logits + term
     for transform in transforms:
         if transform.stage == PRE_SOFTMAX:
             logits = transform(logits)
@@ -144,7 +167,7 @@ class AttentionBase(nn.Module):
         self.fused = fused
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+               attn_bias: AttnBias = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
         dropout_p = self.attn_drop if self.training else 0.0
         if self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get():
@@ -178,7 +201,7 @@ class Attention(AttentionBase):
         super().__init__(dim, num_heads, qk_scale, attn_drop, proj_drop, map_transforms, fused)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
 
-    def forward(self, x: torch.Tensor, attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_bias: AttnBias = None) -> torch.Tensor:
         return self.attend(*self.qkv_heads(x), attn_bias)
 
     def qkv_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

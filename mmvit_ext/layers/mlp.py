@@ -11,6 +11,8 @@ from .shapes import map_to_tokens, tokens_to_map
 class Mlp(nn.Module):
     """fc1 -> act -> drop -> fc2 -> drop on (..., C) tokens."""
 
+    token_wise = True  # each token's output depends on that token only
+
     def __init__(self, in_features: int, hidden_features: Optional[int] = None,
                  out_features: Optional[int] = None, act_layer: Callable[[], nn.Module] = nn.GELU,
                  drop: float = 0.0, bias: bool = True) -> None:
@@ -34,6 +36,8 @@ class ConvMlp(nn.Module):
     The depthwise conv gives the positional information that PVTv2 uses instead of a position
     embedding; ``linear`` (PVTv2-li) adds the ReLU after fc1.
     """
+
+    token_wise = False  # the depthwise conv mixes neighbouring tokens
 
     def __init__(self, in_features: int, hidden_features: int,
                  act_layer: Callable[[], nn.Module] = nn.GELU, drop: float = 0.0,

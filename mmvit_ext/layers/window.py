@@ -165,7 +165,8 @@ class WindowAttention(Attention):
     def to_windows(self, x: torch.Tensor, hw: Size2
                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor], WindowGeometry]:
         """Tokens (B, H*W, C) -> windows (B, num_windows, N, C) (the tokens themselves for
-        global attention), their bias (position bias and shift mask, or ``None``) and the
+        global attention), their bias (position bias and / or shift mask: a tensor, a tuple of
+        the two terms, or ``None``) and the
         geometry :meth:`from_windows` needs."""
         if self.window_size is None:
             return x, None, WindowGeometry(hw, x.shape)
@@ -176,7 +177,7 @@ class WindowAttention(Attention):
         bias = self.position_bias(window)
         if not known_zero(shift):
             mask = shifted_window_mask(*padded, window, shift, x.device).unsqueeze(1)
-            bias = mask if bias is None else bias + mask  # (num_windows, H, N, N)
+            bias = mask if bias is None else (bias, mask)  # terms, not a (windows, H, N, N) sum
         return windows, bias, WindowGeometry(hw, (b, n, c), window, shift, padded)
 
     def from_windows(self, out: torch.Tensor, geometry: WindowGeometry) -> torch.Tensor:

@@ -145,13 +145,24 @@ def kernels_as_now(root: nn.Module) -> AbstractContextManager:
     return _kernels_on(root) if getattr(_active, 'on', False) else nullcontext()
 
 
-def with_kernels(fn: Callable[..., Any]) -> Callable[..., Any]:
+def with_kernels(fn: Callable[..., Any], lean: bool = False) -> Callable[..., Any]:
     """``fn`` wrapped to run through :func:`call` (e.g. for activation checkpointing, whose
-    recomputation in backward happens outside the forward's mode)."""
+    recomputation in backward happens outside the forward's mode); ``lean``: with the kernels
+    that save the least (:func:`.cpu_attention.lean`), for blocks checkpointed to save memory."""
     def wrapped(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        return call(fn, x, *args, **kwargs)
+        with cpu_attention.lean() if lean else nullcontext():
+            return call(fn, x, *args, **kwargs)
     return wrapped
 
 
+def module_forward(module: nn.Module) -> Callable[..., Any]:
+    """The forward ``module`` runs now: its :data:`MODULE_KERNELS` entry inside a forward with
+    the kernels on, else its class's (for code that shadows a module's ``forward``)."""
+    kernel = MODULE_KERNELS.get(type(module))
+    if kernel is not None and getattr(_active, 'on', False):
+        return functools.partial(kernel, module)
+    return functools.partial(type(module).forward, module)
+
+
 __all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply',
-           'call', 'with_kernels', 'kernels_as_now']
+           'call', 'with_kernels', 'module_forward', 'kernels_as_now']

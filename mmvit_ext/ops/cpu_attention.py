@@ -11,19 +11,22 @@ and :func:`mmvit_ext.layers.explicit_attention`.
   strided chunk copies) and ``F.scaled_dot_product_attention`` (math path with a bias gradient):
   Swin-T / PVTv2-b2 maps fwd+bwd 1.4-1.8x faster than the chunked kernel alone (1 thread,
   thread CPU time); in the whole backbone only Swin's windows gained
-  (:data:`EXPLICIT_HALF_MAX_KEYS`). It saves its maps, as the peers' does.
+  (:data:`EXPLICIT_HALF_MAX_KEYS`). It saves its maps, as the peers' does; not inside
+  :func:`lean` (blocks checkpointed for memory), where the small-map kernel runs.
 * Explicit maps at inference: computed in chunks of query rows when every map transform is
   row-local (:data:`ROW_LOCAL`), so a global map never exists whole (bounded memory, buffers
   glibc recycles). Not under ``mmvit_ext.flags.fused_attention(False)``, which promises whole
   maps (``attn_map`` hooks), nor where the map is carried on to another block.
 """
-from typing import Callable, Dict, Optional, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
 
 from .. import flags
-from ..layers.attention import explicit_attention
+from ..layers.attention import bias_terms, explicit_attention
 from ..layers.map_transforms import ReAttention, TalkingHeads
 
 # queries x keys of one map above which the fused kernel is faster; float32 maps with more
@@ -43,18 +46,18 @@ EXPLICIT_HALF_MAX_KEYS = 64
 INFERENCE_CHUNK_ELEMENTS = 2 ** 22
 
 
-def _probabilities(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor],
+def _probabilities(q: torch.Tensor, k: torch.Tensor, terms: Sequence[torch.Tensor],
                    scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) in float32 (on CPU a float32 softmax of upcast bf16 logits
-    is faster than a bf16 one, measured)."""
+    """softmax(q k^T * scale + sum(terms)) in float32 (on CPU a float32 softmax of upcast bf16
+    logits is faster than a bf16 one, measured)."""
     logits = torch.matmul(q * scale, k.transpose(-2, -1))
     if logits.dtype != torch.float32:
         logits = logits.float()
-    if bias is not None:
-        if torch.broadcast_shapes(bias.shape, logits.shape) == logits.shape:
-            logits.add_(bias)
+    for term in terms:
+        if torch.broadcast_shapes(term.shape, logits.shape) == logits.shape:
+            logits.add_(term)
         else:
-            logits = logits + bias
+            logits = logits + term
     return torch.softmax(logits, dim=-1)
 
 
@@ -67,18 +70,18 @@ class _Chunks:
     """
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 bias: Optional[torch.Tensor]) -> None:
+                 terms: Sequence[torch.Tensor]) -> None:
         self.windowed = q.dim() == 5 and k.shape[:-2] == q.shape[:-2] == v.shape[:-2]
         self.length = self.step = 1
         if self.windowed:
             q, k, v = (t.transpose(0, 1) for t in (q, k, v))
-            if bias is not None:
-                bias = bias.reshape((1,) * (5 - bias.dim()) + tuple(bias.shape)).transpose(0, 1)
+            terms = [t.reshape((1,) * (5 - t.dim()) + tuple(t.shape)).transpose(0, 1)
+                     for t in terms]
             self.length = q.shape[0]
             elements = q.numel() // q.shape[-1] * k.shape[-2]
             count = max(1, min(self.length, -(-elements // SMALL_MAP_CHUNK_ELEMENTS)))
             self.step = -(-self.length // count)
-        self.q, self.k, self.v, self.bias = q, k, v, bias
+        self.q, self.k, self.v, self.terms = q, k, v, tuple(terms)
 
     def __iter__(self):
         for start in range(0, self.length, self.step):
@@ -91,8 +94,9 @@ class _Chunks:
         return t.narrow(0, start, size)
 
     def inputs(self, start: int, size: int):
-        """q, k, v and bias of one chunk."""
-        return tuple(self.take(t, start, size) for t in (self.q, self.k, self.v, self.bias))
+        """q, k, v and the bias terms of one chunk."""
+        q, k, v = (self.take(t, start, size) for t in (self.q, self.k, self.v))
+        return q, k, v, [self.take(t, start, size) for t in self.terms]
 
     def restore(self, t: torch.Tensor) -> torch.Tensor:
         """A window-major result back in the caller's layout (a view)."""
@@ -100,39 +104,39 @@ class _Chunks:
 
 
 class SmallMapAttention(torch.autograd.Function):
-    """softmax(q k^T * scale + bias) v with a hand-written backward, windows in chunks.
+    """softmax(q k^T * scale + sum(terms)) v with a hand-written backward, windows in chunks.
 
-    Saves only q, k, v (views of one qkv tensor) and the bias: backward recomputes each chunk's
-    map (one small matmul and a softmax, the same ops so the same values). Softmax and its
-    backward run in float32 whatever the input dtype; ``bias`` (any shape that broadcasts to the
-    map) gets its gradient summed back to its own shape.
+    Saves only q, k, v (views of one qkv tensor) and the bias terms: backward recomputes each
+    chunk's map (one small matmul and a softmax, the same ops so the same values). Softmax and
+    its backward run in float32 whatever the input dtype; each bias term (any shape that
+    broadcasts to the map) gets its gradient summed back to its own shape, so a per-head bias
+    and a per-window mask never become one (windows x heads) tensor.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, scale):
-        chunks = _Chunks(q, k, v, bias)
+    def forward(ctx, q, k, v, scale, *terms):
+        chunks = _Chunks(q, k, v, terms)
         out = chunks.q.new_empty(chunks.q.shape[:-1] + (v.shape[-1],))
         with torch.autocast('cpu', enabled=False):
             for start, size in chunks:
                 qc, kc, vc, bc = chunks.inputs(start, size)
                 probs = _probabilities(qc, kc, bc, scale).to(q.dtype)
                 torch.matmul(probs, vc, out=chunks.take(out, start, size))
-        ctx.save_for_backward(q, k, v, bias)
+        ctx.save_for_backward(q, k, v, *terms)
         ctx.scale = scale
         return chunks.restore(out)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, bias = ctx.saved_tensors
-        chunks = _Chunks(q, k, v, bias)
+        q, k, v, *terms = ctx.saved_tensors
+        chunks = _Chunks(q, k, v, terms)
         grad_out = chunks.restore(grad_out).contiguous()  # the transpose is its own inverse
         batch = torch.broadcast_shapes(chunks.q.shape[:-2], chunks.k.shape[:-2])
         grad_q = chunks.q.new_empty(chunks.q.shape)
         grad_k, grad_v = (t.new_empty(batch + t.shape[-2:])  # summed below
                           for t in (chunks.k, chunks.v))
-        need_bias = bias is not None and ctx.needs_input_grad[3]
-        grad_bias = chunks.bias.new_zeros(chunks.bias.shape, dtype=torch.float32) \
-            if need_bias else None
+        grad_terms = [t.new_zeros(t.shape, dtype=torch.float32) if needed else None
+                      for t, needed in zip(chunks.terms, ctx.needs_input_grad[4:])]
         for start, size in chunks:
             qc, kc, vc, bc = chunks.inputs(start, size)
             go = chunks.take(grad_out, start, size)
@@ -142,9 +146,10 @@ class SmallMapAttention(torch.autograd.Function):
             grad_probs = torch.matmul(go, vc.transpose(-2, -1)).float()
             grad_logits = grad_probs.sub_((grad_probs * probs32).sum(-1, keepdim=True))
             grad_logits.mul_(probs32)
-            if need_bias:
-                part = chunks.take(grad_bias, start, size)
-                part.add_(grad_logits.sum_to_size(part.shape))
+            for grad_term in grad_terms:
+                if grad_term is not None:
+                    part = chunks.take(grad_term, start, size)
+                    part.add_(grad_logits.sum_to_size(part.shape))
             grad_logits = grad_logits.to(q.dtype)
             torch.matmul(grad_logits, kc, out=chunks.take(grad_q, start, size)).mul_(ctx.scale)
             torch.matmul(grad_logits.transpose(-2, -1), qc,
@@ -152,9 +157,9 @@ class SmallMapAttention(torch.autograd.Function):
         grad_q, grad_k, grad_v = (chunks.restore(t) for t in (grad_q, grad_k, grad_v))
         if grad_k.shape != k.shape:  # keys / values broadcast over a batch dim
             grad_k, grad_v = grad_k.sum_to_size(k.shape), grad_v.sum_to_size(v.shape)
-        if need_bias:
-            grad_bias = chunks.restore(grad_bias).reshape(bias.shape).to(bias.dtype)
-        return grad_q, grad_k, grad_v, grad_bias, None
+        grad_terms = [g if g is None else chunks.restore(g).reshape(t.shape).to(t.dtype)
+                      for g, t in zip(grad_terms, terms)]
+        return (grad_q, grad_k, grad_v, None, *grad_terms)
 
 
 def small_map_applies(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> bool:
@@ -170,26 +175,40 @@ def small_map_applies(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> boo
     return torch.is_grad_enabled() and queries <= SMALL_MAP_FP32_MAX_QUERIES
 
 
+_lean = threading.local()
+
+
+@contextmanager
+def lean() -> Iterator[None]:
+    """Within the block, bf16 / fp16 training maps run the small-map kernel, which saves no map,
+    instead of the faster explicit map (Swin-L Mask R-CNN, bf16, whole blocks checkpointed:
+    the recomputed block's saved maps were the peak)."""
+    previous, _lean.on = getattr(_lean, 'on', False), True
+    try:
+        yield
+    finally:
+        _lean.on = previous
+
+
 def _trains_in_half(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    bias: Optional[torch.Tensor]) -> bool:
+                    terms: Sequence[torch.Tensor]) -> bool:
     """bf16 / fp16 inputs of maps up to ``EXPLICIT_HALF_MAX_KEYS`` keys with something to
-    differentiate."""
+    differentiate, outside :func:`lean`."""
     return (q.dtype != torch.float32 and k.shape[-2] <= EXPLICIT_HALF_MAX_KEYS
-            and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (q, k, v, bias)))
+            and torch.is_grad_enabled() and not getattr(_lean, 'on', False)
+            and any(t.requires_grad for t in (q, k, v, *terms)))
 
 
 def scaled_dot_product_attention(q, k, v, attn_bias=None, dropout_p=0.0, scale=None):
     """Where a small map applies: the explicit map in bf16 / fp16 training, else the small-map
     kernel; elsewhere ``NotImplemented``."""
-    if not small_map_applies(q, k, dropout_p):
-        return NotImplemented
-    if attn_bias is not None and attn_bias.dtype == torch.bool:
+    terms = bias_terms(attn_bias)
+    if not small_map_applies(q, k, dropout_p) or any(t.dtype == torch.bool for t in terms):
         return NotImplemented
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if _trains_in_half(q, k, v, attn_bias):
+    if _trains_in_half(q, k, v, terms):
         return explicit_attention(q, k, v, scale, attn_bias)
-    return SmallMapAttention.apply(q, k, v, attn_bias, scale)
+    return SmallMapAttention.apply(q, k, v, scale, *terms)
 
 
 # Map transforms whose every output query row depends only on the same input row (head mixing
@@ -227,11 +246,14 @@ def chunked_explicit_attention(q, k, v, scale, attn_bias=None, dropout_p=0.0, tr
     # would copy strided views each time, a cost growing with size x number of chunks)
     k, v = k.contiguous(), v.contiguous()
     outs = []
+    def rows_of(t: Optional[torch.Tensor], start: int) -> Optional[torch.Tensor]:
+        return t if t is None or t.shape[-2] == 1 else t[..., start:start + rows, :]
+
     for start in range(0, q.shape[-2], rows):
-        bias, carried = (t[..., start:start + rows, :] if t is not None and t.shape[-2] != 1
-                         else t for t in (attn_bias, carried_map))
-        outs.append(explicit_attention(q[..., start:start + rows, :], k, v, scale, bias,
-                                       dropout_p, transforms, attn_map, carried))
+        bias = tuple(rows_of(t, start) for t in bias_terms(attn_bias))
+        outs.append(explicit_attention(q[..., start:start + rows, :], k, v, scale, bias or None,
+                                       dropout_p, transforms, attn_map,
+                                       rows_of(carried_map, start)))
     return torch.cat(outs, dim=-2)
 
 

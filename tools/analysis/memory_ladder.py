@@ -42,6 +42,8 @@ CONFIG = 'configs/mask_rcnn_swin_t_fpn_1x_coco.py'
 # (implementation, dtype, with_cp), the reference first; mmdet's Swin takes only bools
 LADDER = [
     ('mmdet', 'fp32', True), ('ours', 'fp32', True), ('ours', 'bf16', True),
+    ('ours', 'fp32', dict(blocks=True, mlp_chunks=4)),
+    ('ours', 'bf16', dict(blocks=True, mlp_chunks=4)),
     ('ours', 'fp32', 'attn'), ('ours', 'bf16', 'attn'), ('ours', 'fp32', 'mlp'),
     ('ours', 'bf16', 'mlp'), ('ours', 'fp32', [True, True, 9, 0]),
     ('ours', 'bf16', [True, True, 9, 0]), ('ours', 'fp32', False), ('ours', 'bf16', False),
@@ -82,8 +84,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--repeat', type=int, default=1,
                         help='timed steps per row after the memory one (0: time the memory step)')
     parser.add_argument('--rows', nargs='+', metavar='IMPL:DTYPE:WITH_CP',
-                        help="ladder rows, e.g. ours:bf16:'attn' mmdet:fp32:True (default: "
-                             "the full ladder)")
+                        help="ladder rows, e.g. ours:bf16:'attn' mmdet:fp32:True "
+                             "\"ours:bf16:{'blocks': True, 'mlp_chunks': 4}\" (default: the "
+                             "full ladder)")
     parser.add_argument('--out', help='also write the markdown table here')
     return parser.parse_args(argv)
 
