@@ -9,7 +9,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from .attention import Attention, MapTransform
+from .attention import Attention, AttnBias, MapTransform
 from .rel_pos import RelativePositionBias
 from .shapes import Size2, pad_to_multiple, to_2tuple
 from .utils import known_equal, known_true, known_zero
@@ -163,11 +163,10 @@ class WindowAttention(Attention):
         return self.rel_pos(window) if self.rel_pos is not None else None
 
     def to_windows(self, x: torch.Tensor, hw: Size2
-                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor], WindowGeometry]:
+                   ) -> Tuple[torch.Tensor, AttnBias, WindowGeometry]:
         """Tokens (B, H*W, C) -> windows (B, num_windows, N, C) (the tokens themselves for
-        global attention), their bias (position bias and / or shift mask: a tensor, a tuple of
-        the two terms, or ``None``) and the
-        geometry :meth:`from_windows` needs."""
+        global attention), their bias (position bias and / or shift mask: a tensor, the two as
+        a tuple of terms, or ``None``) and the geometry :meth:`from_windows` needs."""
         if self.window_size is None:
             return x, None, WindowGeometry(hw, x.shape)
         b, n, c = x.shape

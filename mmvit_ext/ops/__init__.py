@@ -32,7 +32,7 @@ turns every kernel off: CPU then runs exactly the code a GPU runs.
 import functools
 import threading
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +77,12 @@ MODULE_KERNELS: Dict[type, Callable[..., Any]] = {
 }
 
 
+def _module_kernel(module: nn.Module) -> Optional[Callable[..., Any]]:
+    """``module``'s :data:`MODULE_KERNELS` entry bound to it, or ``None``."""
+    kernel = MODULE_KERNELS.get(type(module))
+    return None if kernel is None else functools.partial(kernel, module)
+
+
 @contextmanager
 def module_kernels(root: Any) -> Iterator[None]:
     """Within the block, the modules of ``root`` (a module, or a bound method of one) whose type
@@ -85,9 +91,9 @@ def module_kernels(root: Any) -> Iterator[None]:
     patched = []
     if isinstance(owner, nn.Module):
         for module in owner.modules():
-            kernel = MODULE_KERNELS.get(type(module))
+            kernel = _module_kernel(module)
             if kernel is not None and 'forward' not in vars(module):
-                module.forward = functools.partial(kernel, module)  # shadows the class's
+                module.forward = kernel  # shadows the class's
                 patched.append(module)
     try:
         yield
@@ -158,10 +164,8 @@ def with_kernels(fn: Callable[..., Any], lean: bool = False) -> Callable[..., An
 def module_forward(module: nn.Module) -> Callable[..., Any]:
     """The forward ``module`` runs now: its :data:`MODULE_KERNELS` entry inside a forward with
     the kernels on, else its class's (for code that shadows a module's ``forward``)."""
-    kernel = MODULE_KERNELS.get(type(module))
-    if kernel is not None and getattr(_active, 'on', False):
-        return functools.partial(kernel, module)
-    return functools.partial(type(module).forward, module)
+    kernel = _module_kernel(module) if getattr(_active, 'on', False) else None
+    return kernel or functools.partial(type(module).forward, module)
 
 
 __all__ = ['CPU_KERNELS', 'MODULE_KERNELS', 'module_kernels', 'CpuKernels', 'cpu_kernels_apply',

@@ -245,10 +245,11 @@ def chunked_explicit_attention(q, k, v, scale, attn_bias=None, dropout_p=0.0, tr
     # every chunk reads all keys and values: lay them out once, not once per chunk (the matmul
     # would copy strided views each time, a cost growing with size x number of chunks)
     k, v = k.contiguous(), v.contiguous()
-    outs = []
+
     def rows_of(t: Optional[torch.Tensor], start: int) -> Optional[torch.Tensor]:
         return t if t is None or t.shape[-2] == 1 else t[..., start:start + rows, :]
 
+    outs = []
     for start in range(0, q.shape[-2], rows):
         bias = tuple(rows_of(t, start) for t in bias_terms(attn_bias))
         outs.append(explicit_attention(q[..., start:start + rows, :], k, v, scale, bias or None,
