@@ -11,6 +11,7 @@ from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import Registry
 
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
@@ -21,5 +22,7 @@ FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, scope='mmvit_ext',
 OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor', parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
     scope='mmvit_ext', locations=['mmvit_ext.optim'])
+OPTIM_WRAPPERS = Registry('optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvit_ext',
+                          locations=['mmvit_ext.engine'])
 
-__all__ = ['MODELS', 'HOOKS', 'FUNCTIONS', 'OPTIM_WRAPPER_CONSTRUCTORS']
+__all__ = ['MODELS', 'HOOKS', 'FUNCTIONS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'OPTIM_WRAPPERS']

@@ -7,10 +7,12 @@ resize / crop transforms and the segmentor's pad size, and the two-stage detecto
 RoI sample counts, which set the cost of a CPU step: 50 proposals and 32 sampled RoIs per image
 instead of 1000 and 512), and the backbone's ``init_cfg`` is set to None: no weights are at hand
 here, loading is tested in test_load_paths / test_layouts. AmpOptimWrapper needs an accelerator;
-on CPU those configs step through a plain OptimWrapper. Budget: see the README's model-zoo note.
+on CPU those configs step through mmvit_ext's CPU bf16 one (as tools/train.py runs them there),
+with mmcv's ops kept in float32 (mmvit_ext.engine.precision). Budget: see the README's model-zoo note.
 """
 import copy
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from mmengine.device import is_cuda_available
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
+from mmvit_ext.engine import CpuAmpOptimWrapper, amp_on_cpu, keep_ops_float32
 from mmvit_ext.utils import build_model, task_scope
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,8 +134,11 @@ def _batch(cfg: Config, split: str, scope: str, roots: Path) -> dict:
     return pseudo_collate([dataset[i] for i in range(count)])
 
 
-@pytest.mark.parametrize('path', CONFIGS)
-def test_config_trains_one_step_and_predicts(path, demo_roots):
+def _prepared(path: str, roots: Path):
+    """``(cfg, scope, model, optim_wrapper, train_batch, val_batch)`` of a config as shipped,
+    data and sizes cut to a CPU step (the module docstring). An ``AmpOptimWrapper`` becomes
+    mmvit_ext's CPU bf16 one, as tools/train.py makes it without CUDA; mmcv's ops get float32
+    as the run hooks draw it (Fp32OpsHook)."""
     cfg = Config.fromfile(str(ROOT / path))
     assert cfg.model.backbone.type.startswith('mmvit_ext.')
     cfg.model.backbone.init_cfg = None
@@ -142,11 +148,11 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
         cfg.model.data_preprocessor.size = SEG_CROP
     _fewer_proposals(cfg.model)
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
-    if optim_cfg.get('type') == 'AmpOptimWrapper' and not is_cuda_available():
-        optim_cfg.type = 'OptimWrapper'
+    amp_on_cpu(optim_cfg)
     __import__(f'{scope}.datasets')
     torch.manual_seed(0)
     model = build_model(cfg, scope=scope)
+    keep_ops_float32(model)
     with DefaultScope.overwrite_default_scope(scope):
         logger = MMLogger.get_current_instance()
         level, logger.level = logger.level, logging.WARNING  # one INFO line per tensor otherwise
@@ -154,8 +160,24 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
             optim_wrapper = build_optim_wrapper(model, optim_cfg)
         finally:
             logger.setLevel(level)
-        train_batch = _batch(cfg, 'train', scope, demo_roots)
-        val_batch = _batch(cfg, 'val', scope, demo_roots)
+        train_batch = _batch(cfg, 'train', scope, roots)
+        val_batch = _batch(cfg, 'val', scope, roots)
+    return cfg, scope, model, optim_wrapper, train_batch, val_batch
+
+
+def _backbone_dtypes(model) -> list:
+    """A list that collects the dtype of every backbone output while the model runs."""
+    seen = []
+    model.backbone.register_forward_hook(lambda m, a, out: seen.append(out[-1].dtype))
+    return seen
+
+
+@pytest.mark.parametrize('path', CONFIGS)
+def test_config_trains_one_step_and_predicts(path, demo_roots):
+    cfg, scope, model, optim_wrapper, train_batch, val_batch = _prepared(path, demo_roots)
+    amp = cfg.optim_wrapper.get('type') == 'AmpOptimWrapper'
+    assert isinstance(optim_wrapper, CpuAmpOptimWrapper) == (amp and not is_cuda_available())
+    dtypes = _backbone_dtypes(model)
 
     # the backbone trains, unless the config freezes all of it (frozen DINOv2 features): then
     # it stays as it was and the first trainable parameter after it (the head) trains
@@ -168,6 +190,8 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
     model.train()
     log_vars = model.train_step(train_batch, optim_wrapper)
     assert torch.isfinite(log_vars['loss']) and log_vars['loss'] > 0, log_vars
+    # an AMP config's step ran under autocast (bf16 on CPU), the others in float32
+    assert dtypes == [torch.bfloat16 if amp else torch.float32], dtypes
     assert not torch.equal(before, first.detach()), f'{name} not updated'
     assert all(torch.equal(v, backbone[n]) for n, v in snapshot.items()), 'frozen backbone changed'
 
@@ -185,6 +209,54 @@ def test_config_trains_one_step_and_predicts(path, demo_roots):
     else:
         assert sample.pred_score.shape == (cfg.model.head.num_classes,)
         assert np.isclose(float(sample.pred_score.sum()), 1.0, atol=1e-4)
+
+
+# one config per head we ship: Mask R-CNN, Cascade Mask R-CNN, RetinaNet, UperNet, semantic FPN
+AUTOCAST_CONFIGS = ('configs/mask_rcnn_pvtv2_b2.py',
+                    'configs/mmdet/cascade_mask_rcnn_swin_t_fpn_ms_3x_coco.py',
+                    'configs/retinanet_pvtv2_b2_fpn_1x_coco.py',
+                    'configs/upernet_swin_t_512x512_160k_ade20k.py',
+                    'configs/mmseg/fpn_pvtv2_b2_512x512_40k_ade20k.py')
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=['bf16', 'fp16'])
+@pytest.mark.parametrize('path', AUTOCAST_CONFIGS)
+def test_whole_model_autocast_trains_and_predicts(path, dtype, demo_roots):
+    """The whole loss forward under CPU autocast (the region CUDA AMP autocasts: heads, RPN,
+    RoI extraction and NMS included), backward, then prediction under autocast."""
+    cfg, scope, model, _, train_batch, val_batch = _prepared(path, demo_roots)
+    dtypes = _backbone_dtypes(model)
+    model.train()
+    start = time.perf_counter()
+    data = model.data_preprocessor(train_batch, True)
+    with torch.autocast('cpu', dtype=dtype):
+        losses = model(**data, mode='loss')
+    loss, _ = model.parse_losses(losses)
+    loss.backward()
+    seconds = time.perf_counter() - start
+    assert dtypes == [dtype] and loss.dtype == torch.float32
+    assert torch.isfinite(loss) and loss > 0, losses
+    grads = [p.grad for p in model.backbone.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    print(f'AUTOCAST {path} {dtype}: loss {loss.item():.3f}, {seconds:.2f} s')
+    model.eval()
+    with torch.no_grad(), torch.autocast('cpu', dtype=dtype):
+        predictions = model.val_step(val_batch)
+    assert len(predictions) == len(val_batch['inputs'])
+    if scope == 'mmdet':
+        assert predictions[0].pred_instances.bboxes.dtype == torch.float32
+
+
+def test_bf16_without_the_float32_boundary_fails_in_mmcv(demo_roots):
+    """Why the boundary exists: mmcv's NMS refuses the bf16 scores a whole-model autocast makes."""
+    cfg = Config.fromfile(str(ROOT / 'configs/mmdet/mask_rcnn_pvtv2_b0_fpn_1x_coco.py'))
+    cfg.model.backbone.init_cfg = None
+    _fewer_proposals(cfg.model)
+    model = build_model(cfg, scope='mmdet').train()
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        data = model.data_preprocessor(_batch(cfg, 'train', 'mmdet', demo_roots), True)
+    with pytest.raises(RuntimeError, match='BFloat16'), torch.autocast('cpu', dtype=torch.bfloat16):
+        model(**data, mode='loss')
 
 
 def test_recipes_exclude_norms_and_tables_from_weight_decay():

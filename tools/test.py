@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
 from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.io import is_url, resolve_checkpoint
-from mmvit_ext.engine import init_cpu_distributed
+from mmvit_ext.engine import add_run_hooks, init_cpu_distributed
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 
 
@@ -61,6 +61,7 @@ def main() -> None:
         if 'visualization' not in hooks:
             sys.exit('error: --show-dir needs default_hooks.visualization in the config')
         hooks.visualization.update(draw=True, test_out_dir=args.show_dir)
+    add_run_hooks(cfg, training=False)  # float32 around mmcv ops under test_cfg fp16
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     runner = Runner.from_cfg(cfg)
     if args.out:

@@ -15,7 +15,8 @@ import sys
 from mmengine.config import Config, DictAction
 
 import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
-from mmvit_ext.engine import AtomicSaveRunner, init_cpu_distributed, prepare_strategy
+from mmvit_ext.engine import (AtomicSaveRunner, add_run_hooks, amp_on_cpu, init_cpu_distributed,
+                              prepare_cuda_determinism, prepare_strategy)
 from mmvit_ext.utils import retain_freed_memory
 from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
@@ -52,6 +53,9 @@ def build_config(args: argparse.Namespace) -> Config:
         if cfg.optim_wrapper.get('type', 'OptimWrapper') == 'OptimWrapper':
             cfg.optim_wrapper.type = 'AmpOptimWrapper'
             cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if amp_on_cpu(cfg.get('optim_wrapper') or {}):
+        print('[amp] no CUDA device: mixed precision runs as CPU bfloat16 autocast '
+              '(mmvit_ext.CpuAmpOptimWrapper)')
     if args.auto_scale_lr:
         if 'auto_scale_lr' not in cfg or 'base_batch_size' not in cfg.auto_scale_lr:
             sys.exit('error: --auto-scale-lr needs auto_scale_lr.base_batch_size in the config')
@@ -75,9 +79,9 @@ def main() -> None:
         problems += missing_pretrained(cfg)
     if problems:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
-    hooks = cfg.get('custom_hooks') or []
-    if not any(str(h.get('type', '')).endswith('RandomStateHook') for h in hooks):
-        cfg.custom_hooks = [*hooks, dict(type='mmvit_ext.RandomStateHook')]  # exact resume
+    # float32 around mmcv ops (whole-model bf16), determinism checked, exact resume
+    add_run_hooks(cfg, training=True)
+    prepare_cuda_determinism(cfg)  # before any CUDA work: cuBLAS reads it once
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     if prepare_strategy(cfg):  # FSDP / DeepSpeed: mmengine's FlexibleRunner
         from mmengine.runner import FlexibleRunner

@@ -8,10 +8,14 @@ from torch import nn
 class DetectorTrainStep(nn.Module):
     """``forward(x)`` runs the detector's loss-mode forward on synthetic annotated images of
     ``x``'s shape, on ``x``'s device (images, boxes and masks alike), and returns the total
-    loss. The samples are made once per (shape, device) and reused."""
+    loss. The samples are made once per (shape, device) and reused. mmcv's RoI / NMS ops get
+    float32 (:func:`~mmvit_ext.engine.keep_ops_float32`), so the whole step may run under
+    bf16 / fp16 autocast, as ``AmpOptimWrapper`` runs it."""
 
     def __init__(self, detector: nn.Module, num_items: int = 4, num_classes: int = 5) -> None:
         super().__init__()
+        from ..engine.precision import keep_ops_float32
+        keep_ops_float32(detector)
         self.detector = detector
         self.num_items, self.num_classes = num_items, num_classes
         self._key: Optional[Tuple] = None

@@ -56,3 +56,14 @@ class RandomStateHook(Hook):
         if 'cuda' in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state['cuda'])
         runner.logger.info('RandomStateHook: restored the random state of the checkpoint')
+
+
+def add_run_hooks(cfg, training: bool) -> None:
+    """Append to ``cfg.custom_hooks`` the hooks every run of tools/train.py and tools/test.py
+    has, unless the config names them already: :class:`~mmvit_ext.engine.Fp32OpsHook` and, for
+    training, :class:`~mmvit_ext.engine.DeterminismCheckHook` and :class:`RandomStateHook`."""
+    wanted = ['Fp32OpsHook'] + (['DeterminismCheckHook', 'RandomStateHook'] if training else [])
+    hooks = list(cfg.get('custom_hooks') or [])
+    present = {str(h.get('type', '')).rpartition('.')[2] for h in hooks}
+    cfg.custom_hooks = hooks + [dict(type=f'mmvit_ext.{name}') for name in wanted
+                                if name not in present]
