@@ -225,6 +225,7 @@ def test_whole_model_autocast_trains_and_predicts(path, dtype, demo_roots):
     """The whole loss forward under CPU autocast (the region CUDA AMP autocasts: heads, RPN,
     RoI extraction and NMS included), backward, then prediction under autocast."""
     cfg, scope, model, _, train_batch, val_batch = _prepared(path, demo_roots)
+    model.init_weights()  # as the Runner does (heads' priors: float16 has no loss scaler here)
     dtypes = _backbone_dtypes(model)
     model.train()
     start = time.perf_counter()
