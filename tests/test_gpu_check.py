@@ -44,7 +44,7 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     for dtype in ('fp32', 'bf16', 'fp16'):
         assert f'CONTRACT cpu {dtype}: {len(family_classes())} families ok' in table
     assert table.count('TRAIN 2 iterations') == 3 and 'NOT finite' not in table
-    assert '| ours | fp32 | `False` |' in table and '| mmdet | bf16 | `True` |' in table
+    assert '| ours | fp32 | `False` |' in table and '| mmdet | fp32 | `True` |' in table
     with tarfile.open(tmp_path / 'check_logs.tar.gz') as tar:
         names = tar.getnames()
     assert 'logs/check.md' in names and any(n.endswith('probe_ops.log') for n in names)

@@ -59,6 +59,9 @@ def parse_args() -> argparse.Namespace:
                         help='models in eval mode (inference: BatchNorm statistics, chunked maps)')
     parser.add_argument('--scaling', action='store_true',
                         help='also time ours at twice the pixels (2H x W) and print the ratio')
+    parser.add_argument('--peak-size', type=int, default=2048,
+                        help='side of the square matmul that measures the peak FLOP/s (CPU '
+                             'bf16 matmuls without oneDNN take minutes at 2048)')
     parser.add_argument('--retain-heap', action='store_true',
                         help='CPU: keep freed memory in the process for reuse (glibc; every '
                              'model in the run alike), see mmvit_ext.utils.heap')
@@ -133,7 +136,7 @@ def main() -> None:
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}
-    peak = matmul_peak(device, dtype)
+    peak = matmul_peak(device, dtype, size=args.peak_size)
     print(f'device {device}, {args.dtype}, batch {args.batch}, {args.size[0]}x{args.size[1]}; '
           f'matmul peak {peak / 1e9:.0f} GFLOP/s; {heap}')
     results = measure_interleaved(models, x, modes, dtype, args.warmup, args.repeat)
