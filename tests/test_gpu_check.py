@@ -54,7 +54,7 @@ def test_steps_rerun_only_what_is_named(tmp_path):
     out = tmp_path / 'probe.md'
     result = _run('--device', 'cpu', '--out', str(out), '--steps', 'probe')
     assert result.returncode == 0, result.stdout[-2000:]
-    rows = [line for line in out.read_text().splitlines() if line.startswith('| ')][2:]
+    rows = [line for line in out.read_text().splitlines() if line.startswith('| ')][1:]
     assert len(rows) == 1 and rows[0].startswith('| probe ops | ok |')
 
 
