@@ -45,23 +45,22 @@ FP32_BOUNDARIES: Tuple[Tuple[str, str], ...] = (
 _MARK = '_mmvit_ext_fp32_boundary'
 
 
+def _cast(value: Any, dtype: torch.dtype, only: Tuple[torch.dtype, ...] = ()) -> Any:
+    """``value`` (tensors in tuples, lists, dicts) with its floating tensors (those of ``only``'s
+    dtypes, if given) cast to ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        wanted = value.dtype in only if only else value.is_floating_point()
+        return value.to(dtype) if wanted else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, '_fields'):
+        return type(value)(_cast(v, dtype, only) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype, only) for k, v in value.items()}
+    return value
+
+
 def to_float32(value: Any) -> Any:
     """``value`` with every float16 / bfloat16 tensor in it (tuples, lists, dicts) as float32."""
-    if isinstance(value, torch.Tensor):
-        return value.float() if value.dtype in HALF_DTYPES else value
-    if isinstance(value, (list, tuple)) and not hasattr(value, '_fields'):
-        return type(value)(to_float32(v) for v in value)
-    if isinstance(value, dict):
-        return {k: to_float32(v) for k, v in value.items()}
-    return value
-
-
-def _to_dtype(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, (list, tuple)) and not hasattr(value, '_fields'):
-        return type(value)(_to_dtype(v, dtype) for v in value)
-    return value
+    return _cast(value, torch.float32, HALF_DTYPES)
 
 
 def _half_dtype(value: Any):
@@ -93,7 +92,7 @@ class _Float32Inputs:
 
     def after(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         dtype = self._stack().pop()
-        return output if dtype is None else _to_dtype(output, dtype)
+        return output if dtype is None else _cast(output, dtype)
 
 
 def _float32_outputs(module: nn.Module, args: tuple, output: Any) -> Any:

@@ -11,8 +11,8 @@ tensors, the same a GPU would hold, without the pages glibc's heap keeps. ``--wa
 before the first row of each implementation and dtype; each row then runs one step measured for
 memory, and ``--repeat`` timed steps follow over all rows in turn (A B A B ...); the time is
 their median (with ``--repeat 0``, the memory step's). Rows print as they finish. bf16 / fp16
-autocast covers the whole step on CUDA, the backbone and neck on CPU (mmcv's CPU NMS has no bf16
-kernel).
+autocast covers the whole step on CUDA (mmcv's ops in float32: mmvit_ext.engine.precision), the
+backbone and neck on CPU (how the CPU table of docs/big_models.md was measured).
 
 Example (the table of docs/big_models.md):
     python tools/analysis/memory_ladder.py --arch large --size 800 1333
