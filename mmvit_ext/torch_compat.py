@@ -53,7 +53,7 @@ def unsupported_message(feature: str, version: Optional[str] = None) -> str:
     """The one line that says ``feature`` needs a newer torch than ``version``."""
     minimum, apis = NEEDS[feature]
     have = torch.__version__ if version is None else version
-    return (f'mmvit_ext: {feature} needs torch >= {minimum[0]}.{minimum[1]} ({apis}); '
+    return (f'mmvit_ext: {feature}: needs torch >= {minimum[0]}.{minimum[1]} ({apis}); '
             f'this is torch {have}')
 
 
