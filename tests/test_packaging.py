@@ -69,7 +69,7 @@ def test_wheel_carries_every_config_and_the_license(wheel):
     assert shipped == _repo_configs() and len(shipped) > 80
     assert 'mmvit_ext/.mim/model-index.yml' in names
     assert f'mmvit_ext-{__version__}.dist-info/LICENSE' in names
-    assert 'mmvit_ext/torch_compat.py' in names and 'mmvit_ext/config_files.py' in names
+    assert {'mmvit_ext/torch_compat.py', 'mmvit_ext/config_files/__main__.py'} <= names
 
 
 def test_configs_load_with_their_bases_from_the_installed_wheel(wheel, tmp_path):
@@ -82,13 +82,18 @@ def test_configs_load_with_their_bases_from_the_installed_wheel(wheel, tmp_path)
     user_config.write_text("_base_ = 'mmvit_ext::mmdet/mask_rcnn_pvtv2_b0_fpn_1x_coco.py'\n"
                            "train_dataloader = dict(batch_size=3)\n")
     script = f"""
-import json, mmvit_ext
+import contextlib, io, json, mmvit_ext
 from mmengine.config import Config
 from mmvit_ext.config_files import config_path, config_root, list_configs
+from mmvit_ext.config_files.__main__ import main
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    main(['mask_rcnn_pvtv2_b2.py'])
 shipped = Config.fromfile(config_path('mmpretrain/pvtv2_b0_in1k.py'))
 mine = Config.fromfile({str(user_config)!r})
 print(json.dumps(dict(
     package=mmvit_ext.__file__, root=str(config_root()), count=len(list_configs()),
+    cli=printed.getvalue().strip(),
     cls=[shipped.model.type, shipped.model.backbone.arch, shipped.optim_wrapper.optimizer.type],
     det=[mine.model.type, mine.model.backbone.type, mine.model.neck.in_channels,
          mine.train_dataloader.batch_size, mine.train_dataloader.dataset.type])))
@@ -99,6 +104,7 @@ print(json.dumps(dict(
     found = json.loads(out.strip().splitlines()[-1])
     assert found['package'].startswith(str(site))
     assert found['root'] == str(site / 'mmvit_ext' / '.mim' / 'configs')
+    assert found['cli'] == found['root'] + '/mask_rcnn_pvtv2_b2.py'
     assert found['count'] == len([c for c in _repo_configs() if not c.startswith('_base_')])
     assert found['cls'] == ['ImageClassifier', 'b0', 'AdamW']
     assert found['det'] == ['MaskRCNN', 'mmvit_ext.PyramidVisionTransformerV2',

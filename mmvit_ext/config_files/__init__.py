@@ -13,11 +13,10 @@ checkout. Three ways to use them:
   mmengine only resolves ``pkg::dir/file.py`` (a folder is required): the top-level configs are
   reached through :func:`config_path`.
 """
-import sys
 from pathlib import Path
 from typing import List, Optional
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 INSTALLED = PACKAGE_DIR / '.mim' / 'configs'  # written by setup.py's build step
 CHECKOUT = PACKAGE_DIR.parent / 'configs'     # editable install or PYTHONPATH checkout
 PREFIX = 'mmvit_ext::'
@@ -62,21 +61,5 @@ def register_scope() -> None:
         return
     config_utils.MODULE2PACKAGE.setdefault('mmvit_ext', 'mmvit_ext')
 
-
-def main(argv: List[str]) -> int:
-    if not argv:
-        print('\n'.join(list_configs()))
-        return 0
-    try:
-        for name in argv:
-            print(config_path(name))
-    except FileNotFoundError as error:
-        print(error, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
 
 __all__ = ['config_root', 'list_configs', 'config_path', 'register_scope', 'PREFIX']
