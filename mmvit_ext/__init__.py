@@ -4,10 +4,12 @@ Importing the package registers every backbone in the ``mmvit_ext`` scope and al
 plain-data classes that mmengine writes into its training checkpoints, so that ``--resume`` and
 ``load_from`` work under torch's ``weights_only`` loading without ever disabling it.
 """
+from .config_files import register_scope
 from .utils.safe_checkpoint import allow_mmengine_checkpoints
 from .version import __version__
 
 allow_mmengine_checkpoints()
+register_scope()  # `_base_ = 'mmvit_ext::dir/file.py'` resolves to the shipped configs
 
 from . import backbones, converters, engine, flags, layers  # noqa: E402,F401
 from .optim import LayerDecayOptimWrapperConstructor  # noqa: E402

@@ -48,7 +48,7 @@ import torch.utils.checkpoint as cp
 from torch import nn
 from torch.distributed._composable import checkpoint as hook_checkpoint
 
-from .. import ops
+from .. import ops, torch_compat
 from ..errors import ConfigError
 
 PARTS = ('block', 'attn', 'mlp')
@@ -157,6 +157,8 @@ class PartCheckpoints:
 
     def select(self, modules: Sequence[nn.Module]) -> None:
         """Checkpoint exactly ``modules`` from now on (hooks are added once per module)."""
+        if modules:
+            torch_compat.require("with_cp 'attn' / 'mlp' parts")
         for module in modules:
             if hook_checkpoint.state(module) is None:
                 hook_checkpoint(module, context_fn=_RecomputeWithKernels(module))
@@ -168,7 +170,7 @@ class PartCheckpoints:
         Not in a forward being compiled: the hooks' recomputation would run eager code
         against the compiled graph's saved tensors, and they break the graph at every part
         (whole blocks are checkpointed inside the graph)."""
-        if on and self.selected and torch.compiler.is_compiling():
+        if on and self.selected and torch_compat.is_compiling():
             if not self.warned:
                 warnings.warn("with_cp='attn' / 'mlp' parts are not checkpointed in a forward "
                               "compiled by torch.compile; whole blocks are (with_cp=True, a "
@@ -208,7 +210,7 @@ class MlpChunks:
         run = ops.module_forward(module)
         if chunks < 2 or not (module.training and torch.is_grad_enabled()):
             return run(x)
-        if torch.compiler.is_compiling():
+        if torch_compat.is_compiling():
             if not self.warned:
                 warnings.warn('with_cp mlp_chunks does not chunk in a forward compiled by '
                               'torch.compile; the MLP runs whole')

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import torch_compat
 from .rewrites import export_rewrites
 
 DEFAULT_OPSET = 18
@@ -107,6 +108,7 @@ def export_onnx(root: nn.Module, example: torch.Tensor, path: PathLike,
     ``dynamic``: batch, height and width are symbols (sides in [min_size, max_size]). Peer
     modules that would freeze a size run their export rewrite (:mod:`.rewrites`). Runs
     ``onnx.checker`` (full check) on the file."""
+    torch_compat.require('ONNX export')
     import onnx
     from torch.export import Dim
     path = Path(path)

@@ -3,7 +3,8 @@ in :mod:`.shapes`."""
 from typing import Sequence, Union
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from ..torch_compat import statically_known_true
 
 
 def known_true(condition: Union[bool, torch.SymBool, torch.Tensor]) -> bool:

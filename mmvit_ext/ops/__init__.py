@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .. import flags
+from .. import flags, torch_compat
 from ..layers.attention import (explicit_attention, map_attention,
                                 scaled_dot_product_attention)
 from ..layers.map_transforms import RefinerMap
@@ -47,6 +47,7 @@ from ..layers.mlp import ConvMlp, Mlp
 from . import cpu_attention, cpu_gemm, cpu_mlp, cpu_refiner
 
 _active = threading.local()
+_KERNELS_SUPPORTED = torch_compat.supports('CPU kernels')
 
 
 def _linear(*args: Any, **kwargs: Any) -> Any:
@@ -119,10 +120,14 @@ class CpuKernels(TorchFunctionMode):
 def cpu_kernels_apply(x: torch.Tensor) -> bool:
     """Whether a forward over ``x`` runs with the CPU kernels: CPU input, kernels on, not
     being compiled, traced or exported, and not already inside :class:`CpuKernels`."""
-    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
+    if flags.kernels.get() != 'auto' or x.device.type != 'cpu':
         return False
-    return (flags.kernels.get() == 'auto' and x.device.type == 'cpu'
-            and not getattr(_active, 'on', False) and not torch.onnx.is_in_onnx_export())
+    if not _KERNELS_SUPPORTED:
+        torch_compat.warn_once('CPU kernels')
+        return False
+    if torch_compat.is_compiling() or torch_compat.is_exporting() or torch.jit.is_tracing():
+        return False
+    return not getattr(_active, 'on', False) and not torch.onnx.is_in_onnx_export()
 
 
 @contextmanager
