@@ -74,7 +74,11 @@ def _shipped_configs() -> Tuple[List[Tuple[str, str, dict]], Dict[str, str]]:
 CONFIGS, UNLOADABLE = _shipped_configs()
 # candidate configs that mmengine cannot load here, with the reason; each one is printed by
 # test_every_candidate_config_loads, and any other config that fails to load fails it
-KNOWN_UNLOADABLE: Dict[str, str] = {}
+KNOWN_UNLOADABLE: Dict[str, str] = {
+    # mmpretrain 1.2.0's own config error (its base defines no test_pipeline); a Swin V2
+    # backbone (SwinTransformerV2), not a class of ours: read only because its path names Swin
+    f'mmpretrain:swin_transformer_v2/swinv2-{size}-w12_8xb128_in21k-192px.py':
+        "KeyError: 'test_pipeline'" for size in ('base', 'large')}
 # the shipped configs of mmdet 3.3.0, mmseg 1.2.2 and mmpretrain 1.2.0 (requirements/dev.txt)
 # whose backbone is one of ours
 EXPECTED_CONFIGS = 223
@@ -119,7 +123,8 @@ def test_every_candidate_config_loads(capsys):
             print(f'  {name}: {reason}')
     unexpected = {k: v for k, v in UNLOADABLE.items() if k not in KNOWN_UNLOADABLE}
     assert not unexpected, unexpected
-    assert set(KNOWN_UNLOADABLE) <= set(UNLOADABLE), 'a known-unloadable config loads now'
+    assert all(UNLOADABLE.get(k) == v for k, v in KNOWN_UNLOADABLE.items()), \
+        'a known-unloadable config loads now, or fails differently'
 
 
 def test_found_every_family():
