@@ -5,7 +5,7 @@ Uses mmdet's / mmseg's own inference API and visualisers; the task is taken from
 
 Example:
     python demo/image_demo.py demo.jpg configs/demo/mask_rcnn_pvtv2_b2_demo.py \\
-        work_dirs/demo/epoch_12.pth --out work_dirs/demo/image_demo.png
+        work_dirs/demo/epoch_6.pth --out work_dirs/demo/image_demo.png
     python demo/image_demo.py scene.jpg configs/upernet_swin_t_512x512_160k_ade20k.py seg.pth \\
         --out seg.png --device cuda
 """

@@ -1,6 +1,7 @@
 """The built-in ADE20K-format demo set: layout, classes, the reduce_zero_label convention, and
 mmseg's own ADE20KDataset / pipeline reading it unchanged."""
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,6 +95,31 @@ def test_mmseg_ade20k_dataset_reads_it_unchanged(ade):
         assert sample['inputs'].shape == (3, *SIZE)
 
 
+def _iou_metrics(preds_path, num_classes: int) -> dict:
+    """mIoU / aAcc (in %) from tools/test.py's dumped predictions and the label PNGs they name,
+    as mmseg defines them: per-class intersection and union summed over images, IoU averaged
+    over the classes with a non-empty union, label 0 ignored and v read as class v - 1."""
+    import pickle
+    samples = pickle.loads(Path(preds_path).read_bytes())
+    intersect = np.zeros(num_classes)
+    union = np.zeros(num_classes)
+    labelled = 0
+    for sample in samples:
+        pred = np.asarray(sample['pred_sem_seg']['data']).reshape(-1)
+        raw = np.asarray(Image.open(sample['seg_map_path'])).reshape(-1).astype(np.int64)
+        keep = raw != 0
+        label, pred = raw[keep] - 1, pred[keep]
+        labelled += keep.sum()
+        hit = label[pred == label]
+        intersect += np.bincount(hit, minlength=num_classes)[:num_classes]
+        union += np.bincount(pred, minlength=num_classes)[:num_classes] + \
+            np.bincount(label, minlength=num_classes)[:num_classes] - \
+            np.bincount(hit, minlength=num_classes)[:num_classes]
+    present = union > 0
+    return dict(mIoU=100 * float((intersect[present] / union[present]).mean()),
+                aAcc=100 * float(intersect.sum() / labelled), images=len(samples))
+
+
 def _test_tool(*args: str) -> subprocess.CompletedProcess:
     return tool_process('tools/test.py', *args, timeout=900)
 
@@ -102,7 +128,10 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
     """tools/test.py with the shipped 150-class UperNet Swin-T ADE20K config, pointed at the
     generated directory by --cfg-options only (data root, test resize, loader workers; the model
     is the config's own, randomly initialised): mmseg's IoUMetric runs over every val image.
-    A directory without the layout is refused with one line naming the missing folders."""
+    The metrics it logs equal mIoU and aAcc computed here, in numpy, from the predictions it
+    dumped and the generated label PNGs (150 classes, 0 -> ignored, v -> v - 1): the generated
+    labels reach the metric as written. A directory without the layout is refused with one line
+    naming the missing folders."""
     from mmvit_ext.utils import build_model
     root, _ = ade
     config = 'configs/upernet_swin_t_512x512_160k_ade20k.py'
@@ -113,13 +142,21 @@ def test_shipped_upernet_config_evaluates_on_a_generated_dir(ade, tmp_path):
     options = ['test_dataloader.num_workers=1', 'test_dataloader.persistent_workers=False',
                f'test_dataloader.dataset.pipeline.1.scale=({SIZE[1]},{SIZE[0]})']
 
+    preds = tmp_path / 'preds.pkl'
     result = _test_tool(config, str(checkpoint), '--work-dir', str(tmp_path / 'eval'),
+                        '--out', str(preds),
                         '--cfg-options', f'test_dataloader.dataset.data_root={root}', *options)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert 'Iter(test) [6/6]' in result.stdout + result.stderr
     from mmvit_ext.utils.demo_report import latest_test_metrics
     metrics = latest_test_metrics(tmp_path / 'eval')
-    assert 0 <= metrics['mIoU'] <= 100 and 0 <= metrics['aAcc'] <= 100
+    expected = _iou_metrics(preds, num_classes=150)
+    print(f"random UperNet on the generated set: mIoU {metrics['mIoU']:.2f} (recomputed "
+          f"{expected['mIoU']:.2f}), aAcc {metrics['aAcc']:.2f} ({expected['aAcc']:.2f})")
+    # the metric rounds to 2 decimals
+    assert abs(metrics['mIoU'] - expected['mIoU']) <= 0.01
+    assert abs(metrics['aAcc'] - expected['aAcc']) <= 0.01
+    assert expected['images'] == 6
 
     empty = tmp_path / 'not_ade'
     empty.mkdir()

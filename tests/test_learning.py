@@ -3,13 +3,11 @@ config: AdamW lr 1e-3, cosine, seeded and deterministic) for 5 epochs x 16 itera
 images of the demo data, and tools/test.py evaluates the checkpoint it wrote; bbox mAP must be
 well above an untrained model's.
 
-On this data the demo's PVTv2-b2 reaches bbox mAP 0.83 after 320 iterations (2026-11-25, 2-core
-CPU), and an untrained model scores 0.000 (random boxes); this test's 80 iterations reach 0.505
-(0.506 in 128; 234 s on the idle machine). The bar, 0.05, is far above an untrained model and
-under what the same small model reached on the far harder earlier data
-(0.04-0.09 in 192 iterations of many small, occluded, many-coloured shapes): it needs boxes that
-overlap the shapes at IoU >= 0.5 with the right class for a share of the val objects. The loss
-must also fall by a quarter.
+This test's 80 iterations reached bbox mAP 0.505 on the 2-core CPU machine (2026-11-25, 234 s),
+and an untrained model scores 0.000 (random boxes). The bar, 0.30, sits near that measure, far
+enough below it for the spread between machines (the demo's bbox mAP differed by 0.024 between two
+machines of the same kind): a pipeline that trains but learns less (a wrong lr, a broken
+loss, a frozen backbone) falls under it. The loss must also fall by a quarter.
 """
 import json
 from pathlib import Path
@@ -21,8 +19,8 @@ from mmvit_ext.datasets import generate_demo_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_EPOCHS = 5
-MIN_TRAINED_MAP = 0.05
-MIN_GAIN = 0.05
+MIN_TRAINED_MAP = 0.30  # measured: 0.505
+MIN_GAIN = 0.25  # over the untrained model (0.000)
 
 
 def _small_config(tmp: Path, data_root: Path) -> Path:

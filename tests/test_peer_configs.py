@@ -41,12 +41,13 @@ def _peer_registry(peer: str) -> SimpleNamespace:
     return SimpleNamespace(build=partial(build_in_scope, peer))
 
 
-def _shipped_configs() -> List[Tuple[str, str, dict]]:
+def _shipped_configs() -> Tuple[List[Tuple[str, str, dict]], Dict[str, str]]:
     """(peer, config path relative to its configs folder, backbone dict) for every shipped
     config whose backbone type is the class name of one of ours (configs are read only where
     their path names one of our families, e.g. ``swin`` or ``pvtv2``, or their text names one
-    of our classes as a type, e.g. mmpretrain's ``deit/*``)."""
-    found = []
+    of our classes as a type, e.g. mmpretrain's ``deit/*``), and the candidates mmengine could
+    not load, with the error."""
+    found, unloadable = [], {}
     families = [re.sub(r'[^a-z0-9]', '', family.lower())
                 for family, cls in family_classes().items() if cls.peer_drop_in]
     typed = re.compile(r"type=['\"](\w+\.)?(%s)['\"]" % '|'.join(OURS))
@@ -59,17 +60,28 @@ def _shipped_configs() -> List[Tuple[str, str, dict]]:
                 continue
             try:
                 model = Config.fromfile(str(path)).get('model')
-            except Exception:  # configs needing packages we do not install
+            except Exception as error:  # noqa: BLE001  (reported by test_every_candidate_loads)
+                unloadable[f'{peer}:{path.relative_to(root)}'] = \
+                    f'{type(error).__name__}: {str(error).splitlines()[0][:160]}'
                 continue
             backbone = model.get('backbone') if isinstance(model, dict) else None
             if isinstance(backbone, dict) and \
                     str(backbone.get('type', '')).split('.')[-1] in OURS:
                 found.append((peer, str(path.relative_to(root)), backbone.to_dict()))
-    return found
+    return found, unloadable
 
 
-CONFIGS = _shipped_configs()
-ROWS: Dict[str, Tuple[str, str, str]] = {}
+CONFIGS, UNLOADABLE = _shipped_configs()
+# candidate configs that mmengine cannot load here, with the reason; each one is printed by
+# test_every_candidate_config_loads, and any other config that fails to load fails it
+KNOWN_UNLOADABLE: Dict[str, str] = {
+    # mmpretrain 1.2.0's own config error (its base defines no test_pipeline); a Swin V2
+    # backbone (SwinTransformerV2), not a class of ours: read only because its path names Swin
+    f'mmpretrain:swin_transformer_v2/swinv2-{size}-w12_8xb128_in21k-192px.py':
+        "KeyError: 'test_pipeline'" for size in ('base', 'large')}
+# the shipped configs of mmdet 3.3.0, mmseg 1.2.2 and mmpretrain 1.2.0 (requirements/dev.txt)
+# whose backbone is one of ours
+EXPECTED_CONFIGS = 223
 # configs asking for what we do not implement: one ConfigError naming the argument
 # shipped configs we refuse, with the error they get (none since pad_small_map is honoured)
 UNSUPPORTED: Dict[str, str] = {}
@@ -103,6 +115,18 @@ def built():
     return {}
 
 
+def test_every_candidate_config_loads(capsys):
+    """A candidate config that fails to load is a failure, not a skipped case."""
+    with capsys.disabled():
+        print(f'\n{len(KNOWN_UNLOADABLE)} shipped configs known not to load here (not checked)')
+        for name, reason in sorted(KNOWN_UNLOADABLE.items()):
+            print(f'  {name}: {reason}')
+    unexpected = {k: v for k, v in UNLOADABLE.items() if k not in KNOWN_UNLOADABLE}
+    assert not unexpected, unexpected
+    assert all(UNLOADABLE.get(k) == v for k, v in KNOWN_UNLOADABLE.items()), \
+        'a known-unloadable config loads now, or fails differently'
+
+
 def test_found_every_family():
     peers = {(peer, b['type'].split('.')[-1]) for peer, _, b in CONFIGS}
     assert {('mmdet', 'SwinTransformer'), ('mmseg', 'SwinTransformer'),
@@ -110,20 +134,15 @@ def test_found_every_family():
             ('mmseg', 'VisionTransformer'), ('mmpretrain', 'VisionTransformer')} <= peers
     vit = [path for _, path, b in CONFIGS if b['type'].split('.')[-1] == 'VisionTransformer']
     assert len(vit) == 78 and sum(path.startswith('deit/') for path in vit) == 4, len(vit)
-    assert len(CONFIGS) >= 223, len(CONFIGS)
+    assert len(CONFIGS) == EXPECTED_CONFIGS, len(CONFIGS)
 
 
-@pytest.mark.parametrize('peer,path,backbone', CONFIGS, ids=[f'{p}:{c}' for p, c, _ in CONFIGS])
-def test_shipped_config_builds_with_peer_contract(peer, path, backbone, built):
-    name = f'{peer}:{path}'
-    ours_cfg = dict(copy.deepcopy(backbone), type=OURS[backbone['type'].split('.')[-1]])
-    if name in UNSUPPORTED:
-        with pytest.raises(ConfigError, match=UNSUPPORTED[name]):
-            _peer_registry(peer).build(ours_cfg)
-        ROWS[name] = ('error', UNSUPPORTED[name].split('=')[0], '-')
-        return
+def _contracts(peer: str, backbone: dict, built: dict):
+    """(peer's contract, our contract, our model) for a shipped backbone dict, built once per
+    distinct (peer, dict)."""
     key = (peer, repr(sorted(backbone.items())))
     if key not in built:
+        ours_cfg = dict(copy.deepcopy(backbone), type=OURS[backbone['type'].split('.')[-1]])
         registry = _peer_registry(peer)
         with torch.device('meta'), mock.patch('torch.linspace', _cpu_linspace):
             peer_model = registry.build(copy.deepcopy(backbone))
@@ -131,23 +150,49 @@ def test_shipped_config_builds_with_peer_contract(peer, path, backbone, built):
         peer_model.eval()  # some peers' train() returns None
         channels = backbone.get('in_channels', 3)
         built[key] = (_contract(peer_model, channels), _contract(ours.eval(), channels), ours)
-    peer_contract, our_contract, ours = built[key]
-    ROWS[name] = ('ok', str([c for c, _ in our_contract]),
-                              str([s for _, s in our_contract]))
+    return built[key]
+
+
+def _row(peer: str, path: str, backbone: dict, built: dict) -> Tuple[str, str, str]:
+    """(result, channels, strides) of one shipped config, as the table prints it."""
+    name = f'{peer}:{path}'
+    if name in UNSUPPORTED:
+        ours_cfg = dict(copy.deepcopy(backbone), type=OURS[backbone['type'].split('.')[-1]])
+        with pytest.raises(ConfigError, match=UNSUPPORTED[name]):
+            _peer_registry(peer).build(ours_cfg)
+        return 'error', UNSUPPORTED[name].split('=')[0], '-'
+    peer_contract, our_contract, ours = _contracts(peer, backbone, built)
+    same = our_contract == peer_contract and \
+        list(zip(ours.out_channels, ours.strides)) == our_contract
+    return ('ok' if same else 'DIFF', str([c for c, _ in our_contract]),
+            str([s for _, s in our_contract]))
+
+
+@pytest.mark.parametrize('peer,path,backbone', CONFIGS, ids=[f'{p}:{c}' for p, c, _ in CONFIGS])
+def test_shipped_config_builds_with_peer_contract(peer, path, backbone, built):
+    if f'{peer}:{path}' in UNSUPPORTED:
+        _row(peer, path, backbone, built)  # raises the ConfigError it names
+        return
+    peer_contract, our_contract, ours = _contracts(peer, backbone, built)
     assert our_contract == peer_contract
     assert [(c, s) for c, s in zip(ours.out_channels, ours.strides)] == our_contract
 
 
-def test_print_table(capsys):
-    """The table of the builds above (run after them, in file order)."""
+def test_print_table(capsys, built):
+    """The table of every shipped config (builds the ones no test above has built yet, so it
+    holds in any order and alone)."""
+    rows = {f'{peer}:{path}': _row(peer, path, backbone, built)
+            for peer, path, backbone in CONFIGS}
     with capsys.disabled():
-        width = max((len(k) for k in ROWS), default=10)
+        width = max((len(k) for k in rows), default=10)
         print(f'\n{"config":<{width}}  build  channels / strides')
-        for name, (ok, channels, strides) in sorted(ROWS.items()):
+        for name, (ok, channels, strides) in sorted(rows.items()):
             print(f'{name:<{width}}  {ok:<5}  {channels} / {strides}')
-        refused = sum(ok == 'error' for ok, _, _ in ROWS.values())
-        print(f'{len(ROWS)} configs: {len(ROWS) - refused} built, {refused} refused')
-    assert len(ROWS) == len(CONFIGS)
+        refused = sum(ok == 'error' for ok, _, _ in rows.values())
+        print(f'{len(rows)} configs: {len(rows) - refused} built, {refused} refused; '
+              f'{len(KNOWN_UNLOADABLE)} known unloadable, not built')
+    assert len(rows) == len(CONFIGS) == EXPECTED_CONFIGS
+    assert all(ok in ('ok', 'error') for ok, _, _ in rows.values())
 
 
 # ---- features given the same weights ----------------------------------------------------------

@@ -142,3 +142,97 @@ def test_readme_minimal_config_builds_and_snippet_runs(tmp_path):
     quoted = re.search(r'# (\(.*?\)), (\(.*?\))', snippet).groups()
     swin = namespace['swin']
     assert (swin.out_channels, swin.strides) == tuple(eval(q) for q in quoted)
+
+
+# ---- the figures rule: ours (command, date, machine, one value) or published (source, recipe) --
+# a commit hash: 7-40 hex digits with a digit and a letter, not part of a file name
+# (``deit_small_patch16_224-cd65a155.pth`` names a released file)
+COMMIT_HASH = re.compile(r'(?<![\w./-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w.-])')
+# words that narrate how a figure was taken instead of stating it
+RUN_LOG = re.compile(
+    r'\bwas ~|\bwas \d[\d.]*×|heavy load|other sessions|other processes|quieter|busy neighbour|'
+    r'(?:before|after) the merge|\bre-?measured\b|\bre-?runs?\b|load average|minutes earlier|'
+    r'first version|(?:GPU|machine) was lent|same code as before|varied between|'
+    r'\bbefore:|\bafter:|\bthis work\b|still to be taken', re.I)
+
+
+def _text_lines(page: Path) -> Iterator[Tuple[int, str]]:
+    """(line number, line) outside code blocks."""
+    inside = False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.startswith('```'):
+            inside = not inside
+        elif not inside:
+            yield number, line
+
+
+def test_pages_name_no_commit_hashes():
+    found = [(_relative(p), n, m.group(0)) for p in PAGES for n, line in _text_lines(p)
+             for m in COMMIT_HASH.finditer(line)]
+    assert not found, f'commit hashes in the docs (a reader cannot check them): {found}'
+
+
+def test_pages_state_figures_not_how_they_were_taken():
+    found = [(_relative(p), n, m.group(0)) for p in PAGES for n, line in _text_lines(p)
+             for m in RUN_LOG.finditer(line)]
+    assert not found, f'run-log words (state one value with its command and date): {found}'
+
+
+def test_ratio_ranges_are_not_given_for_one_figure():
+    """One value per figure of ours: a speed ratio given as a range ('1.38–1.54×') is a run log."""
+    ranged = re.compile(r'\d\.\d+\s*[–-]\s*\d\.\d+\s*×')
+    allowed = re.compile(r'per layer|tokens|faster than')  # ranges over sizes, not over runs
+    found = [(_relative(p), n, line.strip()[:80]) for p in PAGES for n, line in _text_lines(p)
+             if ranged.search(line) and not allowed.search(line)]
+    assert not found, found
+
+
+ZOO = ROOT / 'docs' / 'model_zoo.md'
+RECIPE = re.compile(r'matches|differs: .+|not checked( \(.+\))?|unknown: .+')
+
+
+def _zoo_tables() -> List[Tuple[List[str], List[List[str]]]]:
+    """(header cells, rows of cells) of every table of docs/model_zoo.md with a published column."""
+    tables, header = [], None
+    for line in ZOO.read_text().splitlines():
+        if not line.startswith('|'):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip('|').split(' | ')]
+        if header is None:
+            header = cells
+            if any(cell.startswith('published') for cell in cells):
+                tables.append((cells, []))
+        elif not set(line) <= set('|-') and tables and tables[-1][0] is header:
+            tables[-1][1].append(cells)
+    return tables
+
+
+def test_model_zoo_marks_every_published_figure():
+    """Every published figure names its source (a key the page defines) and says whether our
+    recipe is the one behind it; the page says once that no row was trained here."""
+    text = ZOO.read_text()
+    assert 'No row on this page was trained by this project' in text
+    tables = _zoo_tables()
+    assert len(tables) == 3
+    defined = set(re.findall(r'\[([\w-]+)\]\s[\w*]', text))
+    for header, rows in tables:
+        published = next(i for i, h in enumerate(header) if h.startswith('published'))
+        assert header[published + 1] == 'our recipe vs the published one'
+        assert len(rows) > 10
+        for row in rows:
+            figure, recipe = row[published], row[published + 1]
+            if figure == '—':
+                assert recipe == '—', row[0]
+                continue
+            sources = re.findall(r'\[([\w-]+)\]', figure)
+            assert sources and set(sources) <= defined, (row[0], figure)
+            assert RECIPE.fullmatch(recipe), (row[0], recipe)
+
+
+def test_published_figures_elsewhere_say_whether_the_recipe_matches():
+    """Outside the model zoo, a line quoting a published figure says recipe matches / differs."""
+    quoted = re.compile(r'published[^.|]*?\d+\.\d')
+    found = [(_relative(p), n) for p in PAGES if p != ZOO for n, line in _text_lines(p)
+             if quoted.search(line) and not re.search(r'recipe (matches|differs)', line)]
+    assert not found, found

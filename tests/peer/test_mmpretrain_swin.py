@@ -1,5 +1,7 @@
 # Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/test_swin_transformer.py
 # Built in mmpretrain's default scope, as its configs run (conftest.py).
+# Changed: checkpoints go to a temporary directory of their own per test, not to fixed file
+# names in the global temp dir (tempfile.gettempdir()), so tests can run in parallel or any order.
 # Imports changed: our SwinTransformer replaces mmpretrain's; mmpretrain's test helper
 # timm_resize_pos_embed comes from peer_helpers (a bicubic resize of a token grid).
 # Left out (assertions on mmpretrain's internal classes and attribute names):
@@ -70,7 +72,7 @@ class TestSwinTransformer(TestCase):
 
         pretrain_pos_embed = model.absolute_pos_embed.clone().detach()
 
-        tmpdir = tempfile.gettempdir()
+        tmpdir = self.enterContext(tempfile.TemporaryDirectory())  # per test (changed)
         # Save v3 checkpoints
         checkpoint_v2 = os.path.join(tmpdir, 'v3.pth')
         save_checkpoint(model.state_dict(), checkpoint_v2)

@@ -1,6 +1,8 @@
 # Source: open-mmlab/mmpretrain tag v1.2.0, tests/test_models/test_backbones/
 # test_vision_transformer.py.
 # Built in mmpretrain's default scope, as its configs run (conftest.py).
+# Changed: checkpoints go to a temporary directory of their own per test, not to fixed file
+# names in the global temp dir (tempfile.gettempdir()), so tests can run in parallel or any order.
 # Imports changed: our VisionTransformer replaces mmpretrain's; mmpretrain's test helper
 # timm_resize_pos_embed comes from peer_helpers (a bicubic resize of a token grid with one
 # class-token slot).
@@ -82,7 +84,7 @@ class TestVisionTransformer(TestCase):
 
         # test load checkpoint
         pretrain_pos_embed = model.pos_embed.clone().detach()
-        tmpdir = tempfile.gettempdir()
+        tmpdir = self.enterContext(tempfile.TemporaryDirectory())  # per test (changed)
         checkpoint = os.path.join(tmpdir, 'test.pth')
         save_checkpoint(model.state_dict(), checkpoint)
         cfg = deepcopy(self.cfg)
