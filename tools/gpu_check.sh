@@ -19,9 +19,9 @@
 #   --steps LIST    only these steps (comma-separated, e.g. --steps bench,ladder to rerun two)
 #   --no-install    use the Python environment as it is (no pip)
 #   Env: PYTHON (default .venv/bin/python, else python3); BENCH_BATCH (default 8).
-#   Install (CUDA, unless --no-install): with .whl/requirements.txt (tools/build_gpu_wheels.sh),
-#   pip --no-index from .whl/; else mmcv 2.1.0 built with CUDA ops (TORCH_CUDA_ARCH_LIST from the
-#   device, MAX_JOBS = all cores) and the pinned stack from PyPI.
+#   Install (CUDA, unless --no-install): each wheel set of tools/build_gpu_wheels.sh found in
+#   .whl/SET/ (pip --no-index --no-deps); without any, mmcv 2.1.0 built with CUDA ops
+#   (TORCH_CUDA_ARCH_LIST from the device, MAX_JOBS = all cores) and the pinned stack from PyPI.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -63,9 +63,13 @@ CUDA_DEV=$([[ "$DEVICE" == cuda ]] && echo 1 || echo 0)
 pick() { if [[ $CUDA_DEV == 1 ]]; then echo "$1"; else echo "$2"; fi; }  # pick CUDA CPU
 
 install_stack() {  # only what is missing; torch and torchvision are the machine's own
-    local pip=("$PYTHON" -m pip install --disable-pip-version-check -q)
-    if [[ -f "$ROOT/.whl/requirements.txt" ]]; then
-        "${pip[@]}" --no-index --find-links "$ROOT/.whl" -r "$ROOT/.whl/requirements.txt"
+    local pip=("$PYTHON" -m pip install --disable-pip-version-check -q) sets
+    sets=("$ROOT"/.whl/*/requirements.txt)
+    if [[ -f "${sets[0]}" ]]; then  # the sets of tools/build_gpu_wheels.sh carried here
+        for req in "${sets[@]}"; do  # --no-deps: the sets are complete (headless opencv)
+            echo "[gpu_check] installing $(dirname "$req")"
+            "${pip[@]}" --no-index --no-deps --find-links "$(dirname "$req")" -r "$req" || return 1
+        done
         return
     fi
     if ! "$PYTHON" tools/analysis/ops_probe.py --device cuda > "$LOGS/install_probe.log" 2>&1; then

@@ -28,7 +28,7 @@ if ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
     if [[ "$device" == cuda ]]; then
         # a wheel from tools/build_gpu_wheels.sh first; else build for this device, all cores,
         # bypassing pip's cache (it may hold a CPU-only build of the same version)
-        if ! "${pip[@]}" --no-index --find-links "$root/.whl" --force-reinstall --no-deps "mmcv==2.1.0" 2>/dev/null \
+        if ! "${pip[@]}" --no-index --find-links "$root/.whl/core" --find-links "$root/.whl" --force-reinstall --no-deps "mmcv==2.1.0" 2>/dev/null \
                 || ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
             command -v nvcc >/dev/null || { echo "[setup_env] error: mmcv needs CUDA ops here and no CUDA toolkit (nvcc) is on PATH; install the toolkit matching torch's CUDA ($("$venv/bin/python" -c 'import torch; print(torch.version.cuda)')), or carry the wheels of tools/build_gpu_wheels.sh in .whl/" >&2; exit 1; }
             arch="${TORCH_CUDA_ARCH_LIST:-$("$venv/bin/python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')}"
