@@ -134,9 +134,9 @@ build_mmcv() {  # the stripped CUDA mmcv wheel for $KEY, into $MMCV_CACHE
     "$BUILD_VENV/bin/python" -m wheel unpack "$work"/raw/mmcv-*.whl -d "$work/unpacked" > /dev/null
     local so
     for so in "$work"/unpacked/mmcv-*/mmcv/_ext*.so; do
-        log "strip --strip-debug $(basename "$so"): $(du -m "$so" | cut -f1) MB -> \c"
+        local before; before="$(du -m "$so" | cut -f1)"
         strip --strip-debug "$so"
-        echo "$(du -m "$so" | cut -f1) MB"
+        log "strip --strip-debug $(basename "$so"): $before MB -> $(du -m "$so" | cut -f1) MB"
     done
     "$BUILD_VENV/bin/python" -m wheel pack "$work"/unpacked/mmcv-* -d "$work/stripped" > /dev/null
     rm -rf "$MMCV_CACHE" && mkdir -p "$MMCV_CACHE"
@@ -150,7 +150,7 @@ download_set() {  # download_set SET: the pinned wheels of SET for cp312 manylin
     reqs="$(awk -v s="$1" '!/^#/ && $2 == s && $1 !~ /^mmcv==/ {print $1}' "$LIST")"
     [[ -n "$reqs" ]] || return 0
     # shellcheck disable=SC2086
-    pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "$BUILD_VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 --platform any \
         -d "$DL" $reqs 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
@@ -230,11 +230,12 @@ rehearse() {  # a fresh venv like the GPU image; install the set offline; import
             -r "$OUT/$set/requirements.txt"
         echo "REHEARSE install $set: ok ($(wc -l < "$OUT/$set/requirements.txt") wheels)"
     done
-    "$py" - <<'EOF'
-import importlib, sys
+    EXPECT_CUDA="$CUDA_VERSION" "$py" - <<'EOF'
+import importlib, os, re, sys
 import numpy, torch
-mods = ['cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmdet.models', 'mmseg.models', 'mmpretrain.models',
-        'pycocotools.cocoeval', 'mmengine.runner']
+mods = ['cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models', 'mmdet.evaluation',
+        'mmseg.models', 'mmseg.evaluation', 'mmpretrain.models', 'mmpretrain.datasets',
+        'pycocotools.cocoeval', 'mmvit_ext']
 bad = []
 for m in mods:
     try:
@@ -246,11 +247,12 @@ print(f'REHEARSE python {sys.version.split()[0]}, numpy {numpy.__version__}, tor
 print(f'REHEARSE imports {len(mods) - len(bad)}/{len(mods)} ok' + ''.join(f'\n  {b}' for b in bad))
 import mmcv._ext as ext
 from mmcv.ops import get_compiling_cuda_version
-cuda = get_compiling_cuda_version()
-launchers = sorted(n for n in dir(ext) if 'cuda' in n.lower())
-ok = cuda != 'not available' and hasattr(ext, 'nms')
-print(f'REHEARSE mmcv._ext: compiled for CUDA {cuda}, {len(dir(ext))} symbols, nms: {hasattr(ext, "nms")}'
-      f', get_compiling_cuda_version: {cuda}: {"ok" if ok else "NOT a CUDA build"}')
+cuda, want = get_compiling_cuda_version(), os.environ['EXPECT_CUDA']
+with open(ext.__file__, 'rb') as f:  # the CUDA kernel launchers compiled into the extension
+    launchers = len(set(re.findall(rb'[A-Za-z0-9_]+CUDAKernelLauncher', f.read())))
+ok = cuda == want and launchers > 0
+print(f'REHEARSE mmcv._ext: get_compiling_cuda_version() {cuda} (want {want}), {launchers} CUDA kernel'
+      f' launchers: {"ok" if ok else "NOT the CUDA build"}')
 sys.exit(1 if bad or not ok else 0)
 EOF
     local gpu_args=(--device cpu --out "$CACHE/rehearse/gpu_check.md")
@@ -261,8 +263,39 @@ EOF
         echo "REHEARSE gpu_check.sh ${gpu_args[*]}: FAILED (log: $CACHE/rehearse/gpu_check.log)"
     fi
     grep '^|' "$CACHE/rehearse/gpu_check.md" 2>/dev/null | sed 's/^/REHEARSE   /' || true
+    seg_train "$py" "$CACHE/rehearse/upernet"
     grep -q FAILED "$CACHE/rehearse/gpu_check.md" 2>/dev/null && return 1
     [[ -f "$CACHE/rehearse/gpu_check.md" ]]
+}
+
+seg_train() {  # seg_train PY DIR: 2 iterations (+ mIoU) of UperNet Swin-T, mmseg's loops, generated data
+    local py="$1" dir="$2" ade="$2/ade" rc=0
+    rm -rf "$dir" && mkdir -p "$dir"
+    (cd "$ROOT" && export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" &&
+        "$py" tools/make_ade_demo_data.py --out "$ade" --num-train 2 --num-val 1 --size 128 128 &&
+        "$py" tools/train.py configs/upernet_swin_t_512x512_160k_ade20k.py --work-dir "$dir/run" \
+            --cfg-options model.backbone.init_cfg=None "model.data_preprocessor.size=(128,128)" \
+            "train_dataloader.dataset.data_root=$ade" "val_dataloader.dataset.data_root=$ade" \
+            "test_dataloader.dataset.data_root=$ade" train_dataloader.batch_size=2 \
+            train_dataloader.num_workers=0 train_dataloader.persistent_workers=False \
+            "train_dataloader.dataset.pipeline.2.scale=(512,128)" \
+            "train_dataloader.dataset.pipeline.3.crop_size=(128,128)" train_cfg.max_iters=2 \
+            train_cfg.val_interval=100 default_hooks.logger.interval=1 \
+            default_hooks.checkpoint.interval=100 default_hooks.checkpoint.save_last=False &&
+        "$py" - "$dir/run" <<'EOF'
+import glob, json, math, sys
+logs = sorted(glob.glob(f'{sys.argv[1]}/*/vis_data/scalars.json'))
+rows = [json.loads(line) for line in open(logs[-1])]
+losses = [r['loss'] for r in rows if 'loss' in r]
+miou = [r['mIoU'] for r in rows if 'mIoU' in r]
+ok = len(losses) == 2 and all(math.isfinite(v) for v in losses) and len(miou) == 1
+print(f'REHEARSE UperNet Swin-T 2 iterations, losses {[round(v, 3) for v in losses]}, val mIoU {miou}:'
+      f' {"ok" if ok else "FAILED"}')
+sys.exit(0 if ok else 1)
+EOF
+    ) > "$dir/log" 2>&1 || rc=$?
+    grep '^REHEARSE' "$dir/log" || echo "REHEARSE UperNet Swin-T 2 iterations: FAILED (log: $dir/log)"
+    return $rc
 }
 
 START=$SECONDS
