@@ -98,3 +98,26 @@ def test_wheel_list_matches_the_pinned_stack():
         assert name in shipped, name
     lines = [ln.split()[0].lower() for ln in LIST.read_text().splitlines() if '==' in ln and not ln.startswith('#')]
     assert len(lines) == len(set(lines))
+
+
+def test_fatbin_archs_and_arch_list_parsing():
+    """tools/mmcv_ext_info.py reads the kernel archs from fatbinary headers: a synthetic one."""
+    import struct
+    import sys
+    sys.path.insert(0, str(ROOT / 'tools'))
+    from mmcv_ext_info import cuda_launchers, expected_archs, fatbin_archs
+
+    def entry(kind, arch, payload=b'\0' * 16):
+        header = struct.pack('<HHIQ', kind, 0x101, 64, len(payload)) + b'\0' * 12
+        header += struct.pack('<I', arch)
+        return header + b'\0' * (64 - len(header)) + payload
+
+    entries = entry(2, 90) + entry(2, 90) + entry(1, 90) + entry(2, 80)
+    blob = b'junk' + struct.pack('<IHHQ', 0xBA55ED50, 1, 16, len(entries)) + entries + b'tail'
+    assert fatbin_archs(blob) == {'sm_90': 2, 'ptx_90': 1, 'sm_80': 1}
+    assert fatbin_archs(b'no fatbinary here') == {}
+    assert expected_archs('9.0') == {'sm_90'}
+    assert expected_archs('8.0;9.0+PTX') == {'sm_80', 'sm_90', 'ptx_90'}
+    assert expected_archs(' 8.6 9.0 ') == {'sm_86', 'sm_90'}
+    assert cuda_launchers(b'\0NMSCUDAKernelLauncher\0RoIAlignForwardCUDAKernelLauncher\0'
+                          b'NMSCUDAKernelLauncher\0nms_cpu\0') == 2

@@ -86,6 +86,8 @@ MMCV_CACHE="$CACHE/mmcv/$KEY"
 BUILD_VENV="$CACHE/venv-build" SIM_VENV="$CACHE/venv-gpu-image" DL="$CACHE/downloads"
 SETS="$(awk '!/^#/ && NF >= 2 && $2 != "image" && $2 != "build" {print $2}' "$LIST" | awk '!seen[$0]++' | paste -sd' ')"
 
+CACHE="$(realpath -m "$CACHE")"
+cd "$ROOT"  # tools/gpu_check.sh, tools/train.py and the imports of mmvit_ext run from here
 if [[ $PLAN -eq 1 ]]; then
     echo "mmcv $MMCV_VERSION, torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
     echo "nvcc: ${NVCC:-none} (CUDA $CUDA_VERSION), CUDA_HOME: ${CUDA_HOME_DIR:-none}"
@@ -164,24 +166,21 @@ download_set() {  # download_set SET: the pinned wheels of SET for cp312 manylin
 }
 
 write_manifest() {  # .whl/requirements.txt, <set>/requirements.txt, MANIFEST.txt
-    local set total=0 f size cuda
+    local set total=0 f size ext
     : > "$OUT/requirements.txt"
     for set in $SETS; do
         awk -v s="$set" '!/^#/ && $2 == s {print $1}' "$LIST" > "$OUT/$set/requirements.txt"
         cat "$OUT/$set/requirements.txt" >> "$OUT/requirements.txt"
     done
-    cuda="$("$BUILD_VENV/bin/python" - "$OUT" <<'EOF'
-import glob, sys, zipfile
-# read what was compiled in: mmcv.ops needs the CUDA torch build, which the build venv has
-from mmcv.ops import get_compiling_cuda_version
-import mmcv
-print(get_compiling_cuda_version(), mmcv.__version__)
-EOF
-)" || cuda="unreadable"
+    # what was compiled in, read from the built extension (mmcv.ops needs torch: the build venv's)
+    ext="$("$BUILD_VENV/bin/python" "$ROOT/tools/mmcv_ext_info.py" --expect-cuda "$CUDA_VERSION" \
+        --expect-arch "$ARCH" 2>/dev/null)" || { echo "build_gpu_wheels: ${ext:-mmcv._ext unreadable}" >&2; return 1; }
     {
         echo "# GPU wheel set: $(date -u '+%Y-%m-%d %H:%M UTC'), built by tools/build_gpu_wheels.sh"
-        echo "# mmcv compiled for CUDA ${cuda%% *} (get_compiling_cuda_version), TORCH_CUDA_ARCH_LIST=$ARCH, torch $TORCH_VERSION, key $KEY"
-        echo "# install each set: pip install --no-index --no-deps --find-links .whl/<set> -r .whl/<set>/requirements.txt"
+        echo "# $ext (get_compiling_cuda_version; kernels read from the fatbinary)"
+        echo "# built with TORCH_CUDA_ARCH_LIST=$ARCH, torch $TORCH_VERSION, nvcc $CUDA_VERSION; cache key $KEY"
+        echo "# install one set a call: pip install --no-index --no-deps --find-links .whl/SET -r .whl/SET/requirements.txt"
+        echo "# or all: pip install --no-index --no-deps$(printf ' --find-links .whl/%s' $SETS) -r .whl/requirements.txt"
         for set in $SETS; do
             local stotal=0
             echo "## set $set"
@@ -220,7 +219,8 @@ build() {
 }
 
 rehearse() {  # a fresh venv like the GPU image; install the set offline; imports; gpu_check --device cpu
-    local py="$SIM_VENV/bin/python" set
+    local py="$SIM_VENV/bin/python" set fail=0 logs="$CACHE/rehearse"
+    rm -rf "$logs" && mkdir -p "$logs"
     make_venv "$SIM_VENV" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" "numpy>=2,<3" \
         "timm==$(pin timm)"
     log "rehearse: fresh install of the set into $SIM_VENV (--no-index --no-deps)"
@@ -230,8 +230,8 @@ rehearse() {  # a fresh venv like the GPU image; install the set offline; import
             -r "$OUT/$set/requirements.txt"
         echo "REHEARSE install $set: ok ($(wc -l < "$OUT/$set/requirements.txt") wheels)"
     done
-    EXPECT_CUDA="$CUDA_VERSION" "$py" - <<'EOF'
-import importlib, os, re, sys
+    "$py" - 2> "$logs/imports.log" <<'EOF' || fail=1
+import importlib, sys
 import numpy, torch
 mods = ['cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models', 'mmdet.evaluation',
         'mmseg.models', 'mmseg.evaluation', 'mmpretrain.models', 'mmpretrain.datasets',
@@ -245,33 +245,28 @@ for m in mods:
 print(f'REHEARSE python {sys.version.split()[0]}, numpy {numpy.__version__}, torch {torch.__version__}'
       f' (CUDA {torch.version.cuda})')
 print(f'REHEARSE imports {len(mods) - len(bad)}/{len(mods)} ok' + ''.join(f'\n  {b}' for b in bad))
-import mmcv._ext as ext
-from mmcv.ops import get_compiling_cuda_version
-cuda, want = get_compiling_cuda_version(), os.environ['EXPECT_CUDA']
-with open(ext.__file__, 'rb') as f:  # the CUDA kernel launchers compiled into the extension
-    launchers = len(set(re.findall(rb'[A-Za-z0-9_]+CUDAKernelLauncher', f.read())))
-ok = cuda == want and launchers > 0
-print(f'REHEARSE mmcv._ext: get_compiling_cuda_version() {cuda} (want {want}), {launchers} CUDA kernel'
-      f' launchers: {"ok" if ok else "NOT the CUDA build"}')
-sys.exit(1 if bad or not ok else 0)
+sys.exit(1 if bad else 0)
 EOF
-    local gpu_args=(--device cpu --out "$CACHE/rehearse/gpu_check.md")
+    "$py" tools/mmcv_ext_info.py --expect-cuda "$CUDA_VERSION" --expect-arch "$ARCH" 2>> "$logs/imports.log" \
+        | sed 's/^/REHEARSE /' || fail=1
+    local gpu_args=(--device cpu --out "$logs/gpu_check.md")
     grep -q -- '--no-install' "$ROOT/tools/gpu_check.sh" && gpu_args+=(--no-install)
-    if (cd "$ROOT" && PYTHON="$py" bash tools/gpu_check.sh "${gpu_args[@]}" > "$CACHE/rehearse/gpu_check.log" 2>&1); then
-        echo "REHEARSE gpu_check.sh ${gpu_args[*]}: ok"
+    local start=$SECONDS
+    if PYTHON="$py" bash tools/gpu_check.sh "${gpu_args[@]}" > "$logs/gpu_check.log" 2>&1; then
+        echo "REHEARSE gpu_check.sh ${gpu_args[*]}: ok ($((SECONDS - start)) s)"
     else
-        echo "REHEARSE gpu_check.sh ${gpu_args[*]}: FAILED (log: $CACHE/rehearse/gpu_check.log)"
+        echo "REHEARSE gpu_check.sh ${gpu_args[*]}: FAILED (log: $logs/gpu_check.log)"; fail=1
     fi
-    grep '^|' "$CACHE/rehearse/gpu_check.md" 2>/dev/null | sed 's/^/REHEARSE   /' || true
-    seg_train "$py" "$CACHE/rehearse/upernet"
-    grep -q FAILED "$CACHE/rehearse/gpu_check.md" 2>/dev/null && return 1
-    [[ -f "$CACHE/rehearse/gpu_check.md" ]]
+    grep '^| [^-s]' "$logs/gpu_check.md" 2>/dev/null | grep -v '^| backbone' | sed 's/^/REHEARSE   /' || true
+    seg_train "$py" "$logs/upernet" || fail=1
+    echo "REHEARSE $([[ $fail -eq 0 ]] && echo ok || echo FAILED)"
+    return $fail
 }
 
 seg_train() {  # seg_train PY DIR: 2 iterations (+ mIoU) of UperNet Swin-T, mmseg's loops, generated data
     local py="$1" dir="$2" ade="$2/ade" rc=0
     rm -rf "$dir" && mkdir -p "$dir"
-    (cd "$ROOT" && export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" &&
+    (export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" &&
         "$py" tools/make_ade_demo_data.py --out "$ade" --num-train 2 --num-val 1 --size 128 128 &&
         "$py" tools/train.py configs/upernet_swin_t_512x512_160k_ade20k.py --work-dir "$dir/run" \
             --cfg-options model.backbone.init_cfg=None "model.data_preprocessor.size=(128,128)" \
