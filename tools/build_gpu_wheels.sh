@@ -101,6 +101,10 @@ fi
 PY312="$(find_python312)"
 mkdir -p "$CACHE" "$DL"
 log() { echo "[build_gpu_wheels $(date +%H:%M:%S)] $*"; }
+quiet() {  # pip's stderr less its notes on this machine's file:// index entries and on --no-deps
+    grep -v -e 'is ignored: it is neither a file nor a directory' -e "dependency resolver does not" \
+        -e 'dependency conflicts' -e 'which is not installed' || true
+}
 
 make_venv() {  # make_venv DIR PIP_ARGS...: a py3.12 venv with PIP_ARGS installed, reused when unchanged
     local dir="$1"; shift
@@ -108,8 +112,8 @@ make_venv() {  # make_venv DIR PIP_ARGS...: a py3.12 venv with PIP_ARGS installe
     log "venv $dir: $*"
     rm -rf "$dir"
     "$PY312" -m venv "$dir"
-    "$dir/bin/pip" install -q --upgrade pip
-    "$dir/bin/pip" install -q "$@"
+    "$dir/bin/pip" install -q --upgrade pip 2> >(quiet >&2)
+    "$dir/bin/pip" install -q "$@" 2> >(quiet >&2)
     echo "$*" > "$dir/.ready"
 }
 
@@ -155,7 +159,7 @@ download_set() {  # download_set SET: the pinned wheels of SET for cp312 manylin
     "$BUILD_VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 --platform any \
-        -d "$DL" $reqs 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+        -d "$DL" $reqs 2> >(quiet >&2)
     local r name ver f
     for r in $reqs; do
         name="${r%%==*}" ver="${r##*==}"
@@ -205,13 +209,15 @@ build() {
         log "mmcv: cached wheel for $KEY"
     fi
     whl="$(ls "$MMCV_CACHE"/mmcv-*.whl)"
+    # the image's own packages that mmengine imports (torch does not bring them)
+    "$BUILD_VENV/bin/pip" install -q pyyaml pillow packaging 2> >(quiet >&2)
     rm -rf "$OUT" && mkdir -p "$OUT"
     for set in $SETS; do
         mkdir -p "$OUT/$set"
         download_set "$set"
         if awk -v s="$set" '$1 ~ /^mmcv==/ && $2 == s {f=1} END {exit !f}' "$LIST"; then cp "$whl" "$OUT/$set/"; fi
         # the build venv gets the set too: write_manifest reads the CUDA version through mmcv.ops
-        "$BUILD_VENV/bin/pip" install -q --no-index --no-deps --force-reinstall "$OUT/$set"/*.whl
+        "$BUILD_VENV/bin/pip" install -q --no-index --no-deps --force-reinstall "$OUT/$set"/*.whl 2> >(quiet >&2)
     done
     write_manifest
     log "wheel set in $OUT ($((SECONDS - start)) s):"
@@ -227,7 +233,7 @@ rehearse() {  # a fresh venv like the GPU image; install the set offline; import
     "$SIM_VENV/bin/pip" uninstall -q -y $(cat "$OUT/requirements.txt" | sed 's/==.*//') 2>/dev/null || true
     for set in $SETS; do
         "$SIM_VENV/bin/pip" install -q --no-index --no-deps --find-links "$OUT/$set" \
-            -r "$OUT/$set/requirements.txt"
+            -r "$OUT/$set/requirements.txt" 2> >(quiet >&2)
         echo "REHEARSE install $set: ok ($(wc -l < "$OUT/$set/requirements.txt") wheels)"
     done
     "$py" - 2> "$logs/imports.log" <<'EOF' || fail=1
