@@ -129,15 +129,23 @@ build_mmcv() {  # the stripped CUDA mmcv wheel for $KEY, into $MMCV_CACHE
     # the toolkit may lack cuBLAS / cuSPARSE / cuDNN headers that ATen/cuda includes: the
     # nvidia-* packages torch depends on carry them
     nvinc="$(find "$sp/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | sort | paste -sd:)"
-    local work="$CACHE/mmcv-work"
-    rm -rf "$work" && mkdir -p "$work"
-    log "compiling mmcv $MMCV_VERSION (CUDA $CUDA_VERSION, torch CUDA $torch_cuda, arch $ARCH, $JOBS jobs)"
-    local start=$SECONDS
-    CUDA_HOME="$CUDA_HOME_DIR" PATH="$CUDA_HOME_DIR/bin:$PATH" CPATH="$nvinc${CPATH:+:$CPATH}" \
-        MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$ARCH" MAX_JOBS="$JOBS" \
-        "$BUILD_VENV/bin/pip" wheel -q --no-build-isolation --no-deps "mmcv==$MMCV_VERSION" -w "$work/raw"
-    log "mmcv compiled in $((SECONDS - start)) s"
-    "$BUILD_VENV/bin/python" -m wheel unpack "$work"/raw/mmcv-*.whl -d "$work/unpacked" > /dev/null
+    local work="$CACHE/mmcv-work" raw="$CACHE/mmcv-raw/$KEY"
+    rm -rf "$work" && mkdir -p "$work/stripped"
+    # the unstripped wheel is kept per key until its stripped copy is cached, so a failure after
+    # the (long) compile resumes from it; --rebuild compiles again
+    if [[ $REBUILD -eq 1 || -z "$(ls "$raw"/mmcv-*.whl 2>/dev/null)" ]]; then
+        log "compiling mmcv $MMCV_VERSION (CUDA $CUDA_VERSION, torch CUDA $torch_cuda, arch $ARCH, $JOBS jobs)"
+        local start=$SECONDS
+        rm -rf "$raw"
+        CUDA_HOME="$CUDA_HOME_DIR" PATH="$CUDA_HOME_DIR/bin:$PATH" CPATH="$nvinc${CPATH:+:$CPATH}" \
+            MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$ARCH" MAX_JOBS="$JOBS" \
+            "$BUILD_VENV/bin/pip" wheel -q --no-build-isolation --no-deps "mmcv==$MMCV_VERSION" -w "$raw"
+        echo "$((SECONDS - start))" > "$raw/build_seconds"
+        log "mmcv compiled in $((SECONDS - start)) s"
+    else
+        log "resuming from the compiled, unstripped wheel in $raw (compiled in $(cat "$raw/build_seconds" 2>/dev/null || echo '?') s)"
+    fi
+    "$BUILD_VENV/bin/python" -m wheel unpack "$raw"/mmcv-*.whl -d "$work/unpacked" > /dev/null
     local so
     for so in "$work"/unpacked/mmcv-*/mmcv/_ext*.so; do
         local before; before="$(du -m "$so" | cut -f1)"
@@ -147,8 +155,8 @@ build_mmcv() {  # the stripped CUDA mmcv wheel for $KEY, into $MMCV_CACHE
     "$BUILD_VENV/bin/python" -m wheel pack "$work"/unpacked/mmcv-* -d "$work/stripped" > /dev/null
     rm -rf "$MMCV_CACHE" && mkdir -p "$MMCV_CACHE"
     mv "$work"/stripped/mmcv-*.whl "$MMCV_CACHE/"
-    echo "$((SECONDS - start))" > "$MMCV_CACHE/build_seconds"
-    rm -rf "$work"
+    cp "$raw/build_seconds" "$MMCV_CACHE/build_seconds" 2>/dev/null || true
+    rm -rf "$work" "$raw"
 }
 
 download_set() {  # download_set SET: the pinned wheels of SET for cp312 manylinux x86_64
