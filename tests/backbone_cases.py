@@ -44,6 +44,14 @@ CASES: Dict[str, List[dict]] = {
         dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
              simple_pyramid=False, use_rel_pos=True, window_size=2, global_blocks=(3,)),
     ],
+    # a CNN (forward_intermediates), a model that predates it (timm's features_only wrapper),
+    # and a tiny ViT (maps at any size: timm's dynamic size and padding)
+    'TimmBackbone': [
+        dict(model_name='resnet18', features_only=True),
+        dict(model_name='ghostnet_050', features_only=True),
+        dict(model_name='vit_tiny_patch16_224', embed_dim=32, depth=3, num_heads=2,
+             dynamic_img_size=True, dynamic_img_pad=True, features_only=True),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.
