@@ -56,6 +56,11 @@ CASES: Dict[str, List[dict]] = {
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.
 SMALL = {name: cases[-1] for name, cases in CASES.items()}
+# Backbones whose arithmetic is a library's own (TimmBackbone runs timm's model code): the suites
+# that test our model code's numerics, export and compilation (test_numerics, test_onnx_export,
+# test_compile) take OWN_CODE; the contract, checkpointing and layer-decay suites take SMALL.
+LIBRARY_WRAPPERS = {'TimmBackbone'}
+OWN_CODE = {name: cfg for name, cfg in SMALL.items() if name not in LIBRARY_WRAPPERS}
 # Presets too heavy for the 513x769 size on a 2-core CPU are marked here.
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),

@@ -281,15 +281,17 @@ class TimmBackbone(BaseBackbone):
             if key in own or not key.startswith(PREFIX):
                 continue
             parent: nn.Module = self.timm_model
+            missing = False
             for part in key[len(PREFIX):].split('.')[:-1]:
                 child = parent._modules.get(part)
                 if child is None:
+                    missing = True
                     break
                 parent = child
-            else:
-                continue  # the module exists: a foreign tensor in it, not an unbuilt part
-            if parent is self.timm_model or isinstance(parent, CONTAINERS) or \
-                    not any(True for _ in parent.parameters()):
+            emptied = not any(True for _ in parent.parameters()) and \
+                not any(True for _ in parent.buffers())
+            if emptied or (missing and (parent is self.timm_model or
+                                        isinstance(parent, CONTAINERS))):
                 unused.append(key)
         return unused
 
