@@ -111,6 +111,7 @@ class TimmBackbone(BaseBackbone):
         self.timm_model = model
         self.min_input_size = max(self.strides)
         self._set_training_groups(frozen_stages, with_cp)
+        self._freeze_stages()
 
     # ---- construction ----------------------------------------------------------------------
     @staticmethod
