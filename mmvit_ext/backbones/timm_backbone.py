@@ -165,7 +165,7 @@ class TimmBackbone(BaseBackbone):
     def _create(timm: Any, model_name: str, **kwargs: Any) -> nn.Module:
         """``timm.create_model`` without weights; on the meta device the model is built on the
         CPU and moved (timm's initialisers read values)."""
-        if torch.get_default_device().type != 'meta':
+        if torch.empty(0).device.type != 'meta':  # the device context a caller built under
             return timm.create_model(model_name, pretrained=False, **kwargs)
         with torch.device('cpu'):
             model = timm.create_model(model_name, pretrained=False, **kwargs)

@@ -13,7 +13,8 @@ from typing import Iterable, Optional, Tuple
 from .layouts import StateDict, register_layout
 
 PREFIX = 'timm_model.'
-OURS = 'mmvit_ext TimmBackbone (timm_model.*: also mmpretrain TIMMBackbone, transformers TimmWrapper)'
+OURS = ('mmvit_ext TimmBackbone (timm_model.*: also mmpretrain TIMMBackbone, transformers '
+        'TimmWrapper)')
 TIMM = 'timm state dict (timm.create_model(...).state_dict(), Hugging Face hub timm weights)'
 
 register_layout(OURS, 'timm', r'^timm_model\.', ours=True)
