@@ -44,10 +44,23 @@ CASES: Dict[str, List[dict]] = {
         dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
              simple_pyramid=False, use_rel_pos=True, window_size=2, global_blocks=(3,)),
     ],
+    # a CNN (forward_intermediates), a model that predates it (timm's features_only wrapper),
+    # and a tiny ViT (maps at any size: timm's dynamic size and padding)
+    'TimmBackbone': [
+        dict(model_name='resnet18', features_only=True),
+        dict(model_name='ghostnet_050', features_only=True),
+        dict(model_name='vit_tiny_patch16_224', embed_dim=32, depth=3, num_heads=2,
+             dynamic_img_size=True, dynamic_img_pad=True, features_only=True),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.
 SMALL = {name: cases[-1] for name, cases in CASES.items()}
+# Backbones whose arithmetic is a library's own (TimmBackbone runs timm's model code): the suites
+# that test our model code's numerics, export and compilation (test_numerics, test_onnx_export,
+# test_compile) take OWN_CODE; the contract, checkpointing and layer-decay suites take SMALL.
+LIBRARY_WRAPPERS = {'TimmBackbone'}
+OWN_CODE = {name: cfg for name, cfg in SMALL.items() if name not in LIBRARY_WRAPPERS}
 # Presets too heavy for the 513x769 size on a 2-core CPU are marked here.
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),

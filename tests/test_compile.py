@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mmvit_ext.registry import MODELS
-from backbone_cases import SMALL
+from backbone_cases import OWN_CODE as SMALL  # not library wrappers
 
 CASES = [(name, mode, {}) for name in sorted(SMALL) for mode in ('train', 'eval')]
 CASES += [(name, 'eval', dict(simple_pyramid=True)) for name in ('DeepViT', 'CaiT', 'RefinedViT')]

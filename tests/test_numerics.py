@@ -7,7 +7,7 @@ from torch import nn
 
 from mmvit_ext.datasets.synthetic_shapes import CLASSES, render_scene
 from mmvit_ext.registry import MODELS
-from backbone_cases import SMALL
+from backbone_cases import OWN_CODE as SMALL  # not library wrappers
 
 STEPS = 200
 SIZE = (64, 64)

@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from backbone_cases import SMALL
+from backbone_cases import OWN_CODE as SMALL  # not library wrappers
 from mmvit_ext import deploy, flags
 from mmvit_ext.layers import WindowAttention
 from mmvit_ext.registry import MODELS

@@ -348,6 +348,12 @@ class BaseBackbone(BaseModule):
                             strict=cfg.get('strict', True))
         self._is_init = True
 
+    def instance_layout(self, state_dict: StateDict) -> Optional[Tuple[StateDict, str]]:
+        """A checkpoint in a layout only this instance can place (a wrapped library's model,
+        whose keys depend on how it was built), in our keys with the layout's name; ``None``:
+        detect among the registered layouts."""
+        return None
+
     def _convert_on_load(self, state_dict: StateDict, prefix: str, local_metadata: dict,
                          strict: bool, missing_keys: List[str], unexpected_keys: List[str],
                          error_msgs: List[str]) -> None:

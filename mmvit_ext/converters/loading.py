@@ -68,7 +68,13 @@ class LoadReport:
 
 def convert_for_model(model: nn.Module, state_dict: StateDict, source: str = 'checkpoint'
                       ) -> Tuple[StateDict, str]:
-    """Detect the layout, check it belongs to the model's family, convert to our key names."""
+    """Detect the layout, check it belongs to the model's family, convert to our key names.
+    A model whose own layout depends on the instance (a wrapped library model) maps it first
+    (``instance_layout``)."""
+    instance_layout = getattr(model, 'instance_layout', None)
+    mapped = instance_layout(state_dict) if instance_layout is not None else None
+    if mapped is not None:
+        return mapped
     family = getattr(model, 'family', None)
     layout = detect_layout(state_dict, family)
     if layout is None:
