@@ -70,9 +70,11 @@ def convert_for_model(model: nn.Module, state_dict: StateDict, source: str = 'ch
                       ) -> Tuple[StateDict, str]:
     """Detect the layout, check it belongs to the model's family, convert to our key names."""
     family = getattr(model, 'family', None)
-    layout = detect_layout(state_dict, family)
+    # a family built on another's trunk (ViT-Adapter) loads that family's layouts too
+    families = getattr(model, 'layout_families', (family,))
+    layout = next((lay for lay in (detect_layout(state_dict, f) for f in families) if lay), None)
     if layout is None:
-        foreign = [lay for lay in detect_layouts(state_dict) if lay.family != family]
+        foreign = [lay for lay in detect_layouts(state_dict) if lay.family not in families]
         if foreign:
             raise CheckpointError(
                 f'{source} looks like an {foreign[0].name} checkpoint, which belongs to the '
