@@ -44,6 +44,11 @@ CASES: Dict[str, List[dict]] = {
         dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
              simple_pyramid=False, use_rel_pos=True, window_size=2, global_blocks=(3,)),
     ],
+    'ViTAdapter': [
+        dict(arch='ti'),
+        dict(arch=dict(embed_dims=48, depth=4, num_heads=2), deform_num_heads=2, conv_inplane=8,
+             window_size=2, global_blocks=(3,)),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.

@@ -45,6 +45,7 @@ register_layout('official ViT-Adapter (czczup/ViT-Adapter detection / segmentati
                 'vit_adapter', _ADAPTER, convert_official_vit_adapter,
                 detect=is_official_vit_adapter)
 register_layout('mmvit_ext ViT-Adapter', 'vit_adapter', _ADAPTER, ours=True)
-# a plain-ViT trunk checkpoint has none of the adapter, nor LayerScale for DeiT / MAE trunks
+# a plain-ViT trunk checkpoint has none of the adapter, nor LayerScale for DeiT / MAE trunks;
+# an adapter checkpoint must be complete
 register_init_only('vit_adapter', r'^(spm\.|level_embed$|interactions\.|up\.|norm[1-4]\.|'
-                                  r'blocks\.\d+\.ls[12]\.gamma$)')
+                                  r'blocks\.\d+\.ls[12]\.gamma$)', layout_family='vit')
