@@ -11,6 +11,7 @@ from typing import List, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .shapes import Size2
 
@@ -23,9 +24,34 @@ def _level_sizes(spatial_shapes: SpatialShapes) -> List[Size2]:
     return [(h, w) for h, w in spatial_shapes]
 
 
+def _sample_levels(value: torch.Tensor, locations: torch.Tensor, weights: torch.Tensor,
+                   sizes: List[Size2]) -> torch.Tensor:
+    """The attention with the caller's shapes (see :func:`multi_scale_deformable_attention`),
+    as (B, C, Q)."""
+    batch, _, heads, head_dim = value.shape
+    dtype = torch.promote_types(value.dtype, locations.dtype)
+    grids = 2 * locations.to(dtype) - 1
+    weights = weights.to(dtype)
+    output = None
+    start = 0
+    for level, (height, width) in enumerate(sizes):
+        # one sampling batch per (image, head), contiguous (the CPU kernel's fast path):
+        # map (B*heads, C/heads, H, W), grid (B*heads, Q, P, 2), weights (B*heads, 1, Q, P)
+        level_map = value[:, start:start + height * width].to(dtype).permute(0, 2, 3, 1)
+        level_map = level_map.reshape(batch * heads, head_dim, height, width)
+        start = start + height * width
+        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
+        samples = F.grid_sample(level_map, grid, mode='bilinear', padding_mode='zeros',
+                                align_corners=False)
+        term = (samples * weights[:, :, :, level].transpose(1, 2).flatten(0, 1)[:, None]).sum(-1)
+        output = term if output is None else output + term
+    return output.unflatten(0, (batch, heads)).flatten(1, 2)
+
+
 def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: SpatialShapes,
                                      sampling_locations: torch.Tensor,
-                                     attention_weights: torch.Tensor) -> torch.Tensor:
+                                     attention_weights: torch.Tensor,
+                                     recompute: bool = False) -> torch.Tensor:
     """Weighted sum of bilinear samples of every level.
 
     Args:
@@ -34,28 +60,21 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: Spatia
         sampling_locations: (B, Q, heads, L, P, 2) in [0, 1], (x, y), (0, 0) the top-left
             corner of the map.
         attention_weights: (B, Q, heads, L, P), normalised over (L, P) by the caller.
+        recompute: when a gradient is needed, keep nothing but the inputs for backward and
+            sample again there (the samples, Q * L * P per channel, dwarf the inputs).
 
     Returns (B, Q, C). The levels are sampled one at a time and accumulated, so no
-    (B*heads, C/heads, Q, L, P) stack of all samples is held. Sampling runs in the wider dtype of
-    ``value`` and the locations (fp32 locations keep sub-pixel precision under autocast, and
+    (B*heads, C/heads, Q, L, P) stack of all samples is built. Sampling runs in the wider dtype
+    of ``value`` and the locations (fp32 locations keep sub-pixel precision under autocast, and
     ``grid_sample`` needs one dtype).
     """
-    batch, _, heads, head_dim = value.shape
-    queries = sampling_locations.shape[1]
-    dtype = torch.promote_types(value.dtype, sampling_locations.dtype)
-    # (B*heads, C/heads, S): one sampling batch per (image, head)
-    value = value.to(dtype).permute(0, 2, 3, 1).flatten(0, 1)
-    grids = (2 * sampling_locations.to(dtype) - 1).transpose(1, 2).flatten(0, 1)
-    weights = attention_weights.to(dtype).transpose(1, 2).flatten(0, 1)  # (B*heads, Q, L, P)
-    output = value.new_zeros(batch * heads, head_dim, queries)
-    start = 0
-    for level, (height, width) in enumerate(_level_sizes(spatial_shapes)):
-        level_map = value[:, :, start:start + height * width].unflatten(-1, (height, width))
-        start = start + height * width
-        samples = F.grid_sample(level_map, grids[:, :, level], mode='bilinear',
-                                padding_mode='zeros', align_corners=False)  # (B*h, C/h, Q, P)
-        output = output + (samples * weights[:, None, :, level]).sum(-1)
-    return output.unflatten(0, (batch, heads)).flatten(1, 2).transpose(1, 2)
+    sizes = _level_sizes(spatial_shapes)
+    inputs = (value, sampling_locations, attention_weights)
+    if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        output = checkpoint(_sample_levels, *inputs, sizes, use_reentrant=False)
+    else:
+        output = _sample_levels(*inputs, sizes)
+    return output.transpose(1, 2)
 
 
 def reference_points(sizes: Sequence[Size2], device: torch.device = None) -> torch.Tensor:
@@ -82,11 +101,14 @@ class MSDeformAttn(nn.Module):
         num_heads: attention heads; ``dim * value_ratio`` must divide by it.
         num_points: samples per head and level.
         value_ratio: value channels over ``dim``.
+        recompute: sample again in backward instead of keeping the samples
+            (:func:`multi_scale_deformable_attention`).
     """
 
     def __init__(self, dim: int, num_levels: int = 4, num_heads: int = 8, num_points: int = 4,
-                 value_ratio: float = 1.0) -> None:
+                 value_ratio: float = 1.0, recompute: bool = False) -> None:
         super().__init__()
+        self.recompute = recompute
         value_dim = int(dim * value_ratio)
         if value_dim % num_heads:
             raise ValueError(f'MSDeformAttn: value channels {value_dim} (dim {dim} x ratio '
@@ -129,7 +151,8 @@ class MSDeformAttn(nn.Module):
         normaliser = torch.tensor([[w, h] for h, w in spatial_shapes], dtype=torch.float32,
                                   device=query.device)
         locations = ref_points[:, :, None, :, None, :] + offsets / normaliser[:, None, :]
-        out = multi_scale_deformable_attention(value, spatial_shapes, locations, weights)
+        out = multi_scale_deformable_attention(value, spatial_shapes, locations, weights,
+                                               self.recompute)
         return self.output_proj(out.to(value.dtype))
 
 
