@@ -1,4 +1,4 @@
-# Mask R-CNN + FPN with ViT-Adapter-B (Chen et al., ICLR 2023) on COCO, 3x multi-scale: a DeiT-S
+# Mask R-CNN + FPN with ViT-Adapter-B (Chen et al., ICLR 2023) on COCO, 3x multi-scale: a DeiT-B
 # trunk (14x14 windows, global attention in blocks 2, 5, 8, 11), interactions after blocks
 # [0-2] [3-5] [6-8] [9-11], 12 deformable heads, 4 points, ConvFFN ratio 0.25, deform ratio 0.5,
 # drop path 0.2; AdamW lr 1e-4, wd 0.05, no decay on norms / position / level embeddings.
