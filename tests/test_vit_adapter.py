@@ -240,5 +240,5 @@ def test_layer_decay_groups_put_the_adapter_on_top():
     top = len(model.blocks) + 1
     assert depth_of['pos_embed'] == 0 and depth_of['patch_embed.proj.weight'] == 0
     assert depth_of['blocks.2.attn.qkv.weight'] == 3
-    assert depth_of['spm.level_embed'] == depth_of['spm.stem.0.weight'] == top
+    assert depth_of['spm.level_encoding'] == depth_of['spm.stem.0.weight'] == top
     assert depth_of['interactions.0.injector.gamma'] == depth_of['norm1.weight'] == top

@@ -24,4 +24,4 @@ model = dict(
         init_cfg=dict(type='Pretrained',
                       checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')),
     neck=dict(in_channels=[768, 768, 768, 768]))
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={'level_embed': dict(decay_mult=0.0)}))
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={'level_encoding': dict(decay_mult=0.0)}))

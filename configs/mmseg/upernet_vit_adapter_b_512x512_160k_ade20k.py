@@ -28,4 +28,4 @@ model = dict(
 optim_wrapper = _base_.layer_decay_optim_wrapper
 optim_wrapper['optimizer'].update(lr=6e-5, weight_decay=0.01)
 optim_wrapper['paramwise_cfg'].update(layer_decay_rate=0.95)
-optim_wrapper['paramwise_cfg']['custom_keys'].update(level_embed=dict(decay_mult=0.0))
+optim_wrapper['paramwise_cfg']['custom_keys'].update(level_encoding=dict(decay_mult=0.0))

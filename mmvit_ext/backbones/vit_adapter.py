@@ -10,7 +10,7 @@ cropped back). Everything is plain PyTorch: the deformable attention is
 :func:`~mmvit_ext.layers.deform_attn.multi_scale_deformable_attention` (``grid_sample``).
 
 Key names follow the official repository (czczup/ViT-Adapter: ``spm.*``, ``level_embed`` (ours
-``spm.level_embed``),
+``spm.level_encoding``),
 ``interactions.{i}.injector / extractor / extra_extractors``, ``up``, ``norm1..4``); its
 checkpoints load through :mod:`mmvit_ext.converters.vit_adapter`, the trunk's through every
 layout :class:`VisionTransformer` loads (DeiT, MAE, DINOv2 ...).
@@ -111,7 +111,7 @@ class SpatialPriorModule(nn.Module):
     def __init__(self, inplanes: int, dim: int, in_channels: int = 3, with_c1: bool = True,
                  norm: type = nn.BatchNorm2d) -> None:
         super().__init__()
-        self.level_embed = nn.Parameter(torch.zeros(3, dim))  # added to c2..c4 tokens
+        self.level_encoding = nn.Parameter(torch.zeros(3, dim))  # added to c2..c4 tokens
         self.stem = nn.Sequential(*_conv_bn_relu(in_channels, inplanes, 2, norm),
                                   *_conv_bn_relu(inplanes, inplanes, 1, norm),
                                   *_conv_bn_relu(inplanes, inplanes, 1, norm),
@@ -263,7 +263,7 @@ class ViTAdapter(VisionTransformer):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, MSDeformAttn):
                 module.reset_parameters()
-        nn.init.normal_(self.spm.level_embed)
+        nn.init.normal_(self.spm.level_encoding)
 
     # ---- family facts ------------------------------------------------------------------------
     @classmethod
@@ -309,7 +309,8 @@ class ViTAdapter(VisionTransformer):
         x = pad_to_multiple(x, (32, 32))  # every level an exact grid
         c1, *priors = self.spm(x)
         c_sizes = [tuple(p.shape[2:]) for p in priors]
-        c = torch.cat([map_to_tokens(p) + self.spm.level_embed[i] for i, p in enumerate(priors)],
+        c = torch.cat([map_to_tokens(p) + self.spm.level_encoding[i]
+                       for i, p in enumerate(priors)],
                       dim=1)
         tokens, hw = self.embed_tokens(x)
         ref_vit = reference_points([hw], x.device)

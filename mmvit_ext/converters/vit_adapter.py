@@ -5,7 +5,7 @@ The adapter parts keep the official names (``spm.*``, ``level_embed``,
 ``interactions.{i}.injector / extractor / extra_extractors.*``, ``up``, ``norm1..4``). What
 differs: the trunk's LayerScale ``blocks.{i}.gamma1 / gamma2`` (ours ``ls1 / ls2.gamma``) and the
 ConvFFN's ``ffn.dwconv.dwconv`` wrapper (ours ``ffn.dwconv``), and ``level_embed`` (ours
-``spm.level_embed``, so that parameters come in forward order). A trunk checkpoint of any
+``spm.level_encoding``, so that parameters come in forward order). A trunk checkpoint of any
 plain-ViT layout (DeiT, MAE, DINOv2 ...) loads too (:class:`ViTAdapter` lists the ``'vit'``
 layouts); the adapter parts then keep their initialisation, as in the paper's fine-tuning.
 """
@@ -16,7 +16,7 @@ _OFFICIAL = (
     (r'^(blocks\.\d+)\.gamma1$', r'\1.ls1.gamma'),
     (r'^(blocks\.\d+)\.gamma2$', r'\1.ls2.gamma'),
     (r'\.ffn\.dwconv\.dwconv\.', '.ffn.dwconv.'),
-    (r'^level_embed$', 'spm.level_embed'),
+    (r'^level_embed$', 'spm.level_encoding'),
 )
 _HEADS = ('head.', 'fc_norm.', 'mask_token')
 
@@ -41,7 +41,7 @@ def export_official_vit_adapter(state_dict: StateDict) -> StateDict:
     return rename_keys(state_dict, ((r'^(blocks\.\d+)\.ls1\.gamma$', r'\1.gamma1'),
                                     (r'^(blocks\.\d+)\.ls2\.gamma$', r'\1.gamma2'),
                                     (r'\.ffn\.dwconv\.', '.ffn.dwconv.dwconv.'),
-                                    (r'^spm\.level_embed$', 'level_embed')))
+                                    (r'^spm\.level_encoding$', 'level_embed')))
 
 
 register_layout('official ViT-Adapter (czczup/ViT-Adapter detection / segmentation)',
