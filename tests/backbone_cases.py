@@ -52,6 +52,11 @@ CASES: Dict[str, List[dict]] = {
         dict(model_name='vit_tiny_patch16_224', embed_dim=32, depth=3, num_heads=2,
              dynamic_img_size=True, dynamic_img_pad=True, features_only=True),
     ],
+    'ViTAdapter': [
+        dict(arch='ti'),
+        dict(arch=dict(embed_dims=48, depth=4, num_heads=2), deform_num_heads=2, conv_inplane=8,
+             window_size=2, global_blocks=(3,)),
+    ],
 }
 
 # The smallest case of each family, for gradient / checkpoint / freezing tests.

@@ -275,14 +275,19 @@ def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
 def official_round_trip_cases() -> Dict[str, Case]:
     """DeepViT / Refined-ViT: no implementation of the official layout in the venv (timm has
     neither), so our model with random weights is exported to it and must come back exactly."""
-    from mmvit_ext.converters import export_official_deepvit, export_official_refiner
+    from mmvit_ext.converters import (export_official_deepvit, export_official_refiner,
+                                      export_official_vit_adapter)
     cases = {}
-    for family, kind, arch, export in (
+    classifier = dict(out_type='cls_token')
+    for family, kind, arch, export, extra in (
             ('deepvit', 'DeepViT', dict(embed_dims=32, depth=4, num_heads=2, reattention_blocks=2,
-                                        conv_stem=(8, 8)), export_official_deepvit),
+                                        conv_stem=(8, 8)), export_official_deepvit, classifier),
             ('refiner', 'RefinedViT', dict(embed_dims=32, depth=4, num_heads=2,
-                                           conv_stem=(8, 8, 16)), export_official_refiner)):
-        cfg = dict(type=kind, arch=arch, img_size=64, out_type='cls_token', drop_path_rate=0.0)
+                                           conv_stem=(8, 8, 16)), export_official_refiner,
+             classifier),
+            ('vit_adapter', 'ViTAdapter', dict(embed_dims=32, depth=4, num_heads=2),
+             export_official_vit_adapter, dict(deform_num_heads=2, conv_inplane=8))):
+        cfg = dict(type=kind, arch=arch, img_size=64, drop_path_rate=0.0, **extra)
         source = randomise(build_ours(cfg), seed=7)
         with torch.no_grad():  # BatchNorm statistics away from (0, 1)
             for name, buf in source.named_buffers():

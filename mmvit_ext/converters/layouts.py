@@ -45,8 +45,11 @@ def register_layout(name: str, family: str, signature: str, convert: Optional[Co
                           (lambda sd: dict(sd)) if ours else convert, detect, ours))
 
 
-def register_init_only(family: str, pattern: str) -> None:
-    INIT_ONLY[family] = re.compile(pattern)
+def register_init_only(family: str, pattern: str, layout_family: Optional[str] = None) -> None:
+    """Keys of ``family`` that checkpoints may lack; with ``layout_family``, only checkpoints of
+    that family's layouts (a trunk checkpoint of a family built on another's trunk)."""
+    INIT_ONLY[family if layout_family is None else f'{family}<-{layout_family}'] = \
+        re.compile(pattern)
 
 
 def detect_layouts(state_dict: StateDict) -> List[Layout]:

@@ -10,6 +10,7 @@ never had) keep their initialisation; other unexpected keys are a warning.
 """
 import contextvars
 import logging
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
@@ -20,7 +21,7 @@ from torch import nn
 from .. import flags
 
 from .io import CheckpointError, PathLike, read_checkpoint, unwrap_state_dict
-from .layouts import INIT_ONLY, StateDict, detect_layout, detect_layouts
+from .layouts import INIT_ONLY, Layout, StateDict, detect_layout, detect_layouts
 
 _SOURCE = contextvars.ContextVar('mmvit_ext_load_source', default='state dict')
 _SHOWN = 8  # keys named in messages
@@ -66,6 +67,23 @@ class LoadReport:
         return '\n'.join(lines)
 
 
+def _model_layout(model: nn.Module, state_dict: StateDict) -> Optional[Layout]:
+    """The first layout of the model's family that matches; a family built on another's trunk
+    (ViT-Adapter: ``layout_families``) tries that family's layouts next."""
+    families = getattr(model, 'layout_families', (getattr(model, 'family', None),))
+    return next((lay for lay in (detect_layout(state_dict, f) for f in families) if lay), None)
+
+
+def _init_only(model: nn.Module, state_dict: StateDict) -> Optional['re.Pattern']:
+    """Keys the model may keep initialised: per (model family, layout family) where registered
+    (:func:`register_init_only`), else per model family."""
+    family = getattr(model, 'family', None)
+    layout = _model_layout(model, state_dict)
+    if layout is not None and f'{family}<-{layout.family}' in INIT_ONLY:
+        return INIT_ONLY[f'{family}<-{layout.family}']
+    return INIT_ONLY.get(family)
+
+
 def convert_for_model(model: nn.Module, state_dict: StateDict, source: str = 'checkpoint'
                       ) -> Tuple[StateDict, str]:
     """Detect the layout, check it belongs to the model's family, convert to our key names.
@@ -76,9 +94,10 @@ def convert_for_model(model: nn.Module, state_dict: StateDict, source: str = 'ch
     if mapped is not None:
         return mapped
     family = getattr(model, 'family', None)
-    layout = detect_layout(state_dict, family)
+    families = getattr(model, 'layout_families', (family,))
+    layout = _model_layout(model, state_dict)
     if layout is None:
-        foreign = [lay for lay in detect_layouts(state_dict) if lay.family != family]
+        foreign = [lay for lay in detect_layouts(state_dict) if lay.family not in families]
         if foreign:
             raise CheckpointError(
                 f'{source} looks like an {foreign[0].name} checkpoint, which belongs to the '
@@ -133,6 +152,7 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
     source = source or _SOURCE.get()
     strict = flags.strict_loading.get() if strict is None else strict
     name = type(model).__name__
+    init_only = _init_only(model, state_dict)
     state_dict, layout = convert_for_model(model, state_dict, source)
     report = LoadReport(layout=layout)
     adapt = getattr(model, 'adapt_state_dict', None)
@@ -146,7 +166,6 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
             f'{sorted(state_dict)[:5]}, the model expects keys like {sorted(own)[:5]}')
     mismatched_keys = [k for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
     report.missing = sorted(set(own) - set(state_dict))
-    init_only = INIT_ONLY.get(getattr(model, 'family', None))
     report.expected_missing = [k for k in report.missing if k.endswith('num_batches_tracked')
                                or (init_only is not None and init_only.search(k))]
     planned = set(report.expected_missing)

@@ -3,6 +3,7 @@ CPU kernels live in :mod:`mmvit_ext.ops`)."""
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, AttnBias,
                         MapTransform, bias_terms, explicit_attention, map_attention,
                         scaled_dot_product_attention, sum_bias)
+from .deform_attn import MSDeformAttn, multi_scale_deformable_attention, reference_points
 from .drop import DropPath, linear_drop_path_rates
 from .init import init_linear_and_norm
 from .layer_scale import LayerScale
@@ -31,5 +32,6 @@ __all__ = [
     'LayerNorm2d', 'SimplePyramid', 'pyramid_channels', 'resize_pos_embed', 'resize_grid',
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
     'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'known_zero', 'known_equal',
+    'MSDeformAttn', 'multi_scale_deformable_attention', 'reference_points',
     'Size2', 'to_2tuple', 'tokens_to_map', 'map_to_tokens', 'pad_to_multiple',
 ]
