@@ -9,6 +9,7 @@ from typing import Any, Dict, Tuple, Type
 import pytest
 import torch
 
+from mmvit_ext import flags
 from mmvit_ext.backbones import BaseBackbone
 from mmvit_ext.backbones.checkpointing import parse_with_cp
 from mmvit_ext.converters import CheckpointError, save_state_dict
@@ -158,3 +159,78 @@ def check_early_out_indices_train_every_parameter(cls: Type[BaseBackbone], cfg: 
         assert missing == [], f'out_indices=({index},): no gradient for {missing}'
         dropped = model.unused_checkpoint_keys(list(full.state_dict()))
         assert set(full.state_dict()) - set(model.state_dict()) == set(dropped)
+
+
+def _first_block(model: BaseBackbone) -> torch.nn.Module:
+    return model.checkpoint_stages()[0][0]
+
+
+def _param_grads(model: torch.nn.Module, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+    model.zero_grad()
+    sum((o ** 2).mean() for o in model(x)).backward()
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _double_backward(model: torch.nn.Module, x: torch.Tensor) -> None:
+    x = x.clone().requires_grad_()
+    (grad_x,) = torch.autograd.grad(sum(o.pow(2).mean() for o in model(x)), x, create_graph=True)
+    (again,) = torch.autograd.grad(grad_x.pow(2).sum(), x)
+    assert again.shape == x.shape and torch.isfinite(again).all() and again.abs().sum() > 0
+
+
+def check_autograd_contract(cls: Type[BaseBackbone], cfg: dict) -> None:
+    """What autograd allows holds: an in-place op on a LayerNorm output in a forward hook gives
+    the gradients of the same op out of place; double backward runs; forward hooks on the MLP's
+    layers fire once per call; two threads sharing the model give the sequential outputs."""
+    torch.manual_seed(0)
+    model = cls(**cfg, drop_path_rate=0.0).train()
+    x = torch.randn(2, 3, 64, 48)
+    block = _first_block(model)
+    norm = block.norm1 if isinstance(getattr(block, 'norm1', None), torch.nn.LayerNorm) else next(
+        m for m in block.modules() if isinstance(m, torch.nn.LayerNorm))
+    handle = norm.register_forward_hook(lambda m, i, o: o * 1.5)
+    expected = _param_grads(model, x)
+    handle.remove()
+    handle = norm.register_forward_hook(lambda m, i, o: o.mul_(1.5))
+    got = _param_grads(model, x)
+    handle.remove()
+    assert got.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=1e-5, msg=key)
+
+    # double backward (gradient penalties, MAML): torch's fused CPU attention kernel has no
+    # double backward and says so, naming itself; the explicit path (fused_attention(False)) has
+    try:
+        _double_backward(model, x)
+    except RuntimeError as error:
+        assert 'scaled_dot_product' in str(error), error
+    with flags.fused_attention(False):
+        _double_backward(model, x)
+
+    calls: Dict[str, int] = {}
+    for name in ('fc1', 'act', 'fc2'):
+        layer = getattr(block.mlp, name, None)
+        if layer is not None:
+            layer.register_forward_hook(
+                lambda m, i, o, key=name: calls.__setitem__(key, calls.get(key, 0) + 1))
+    assert calls == {} and {'fc1', 'fc2'} <= {n for n, _ in block.mlp.named_children()}
+    model.eval()
+    with torch.no_grad():
+        sequential = [model(x), model(x.flip(-1))]
+    assert set(calls.values()) == {2}, calls  # once per call, at inference too
+
+    import threading
+    results: Dict[int, Any] = {}
+
+    def run(index: int, inputs: torch.Tensor) -> None:
+        with torch.no_grad():
+            results[index] = model(inputs)
+
+    threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate((x, x.flip(-1)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index, outs in enumerate(sequential):
+        for a, b in zip(outs, results[index]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

@@ -75,3 +75,8 @@ def test_bad_arguments_raise_clear_errors(name):
 @pytest.mark.parametrize('name', sorted(CASES))
 def test_checkpoint_of_unknown_layout_is_refused(name, tmp_path):
     contract.check_unknown_layout_refused(MODELS.get(name), SMALL[name], tmp_path / 'other.pth')
+
+
+@pytest.mark.parametrize('name', sorted(CASES))
+def test_autograd_contract_inplace_double_backward_hooks_threads(name):
+    contract.check_autograd_contract(MODELS.get(name), SMALL[name])
