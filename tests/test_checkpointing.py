@@ -160,11 +160,12 @@ def test_settings_that_do_not_fit_the_model_raise(value, match):
 
 def test_changing_the_setting_reselects():
     _, model = _pair('PyramidVisionTransformerV2', 'attn')
-    attn = {id(b.attn) for s in model.checkpoint_stages() for b in s}
-    assert model._cp_parts.selected == attn and not model._cp_whole
+    blocks = [b for s in model.checkpoint_stages() for b in s]
+    assert all(b.attn.checkpoint_chunks == 1 and b.mlp.checkpoint_chunks == 0 for b in blocks)
+    assert not model._cp_whole
     model.with_cp = dict(blocks=[1, 0, 0, 0])
     model(torch.randn(1, 3, 32, 32))
-    assert not model._cp_parts.selected
+    assert all(b.attn.checkpoint_chunks == 0 for b in blocks)
     assert model._cp_whole == {id(model.layers[0].blocks[0])}
 
 
