@@ -8,25 +8,17 @@
                                             attention without map transforms may run
                                             ``F.scaled_dot_product_attention``; a module built
                                             with ``fused=False`` never does.
-``with flags.kernels('portable'):``          no CPU kernel (:mod:`mmvit_ext.ops`): CPU runs
-                                            exactly the code a GPU runs. ``'auto'`` (default,
-                                            or ``MMVIT_EXT_KERNELS`` in the environment): CPU
-                                            kernels where they apply.
 ``with flags.strict_loading(False):``        backbones accept checkpoints that leave tensors
                                             unloaded (a warning instead of an error), on every
                                             load path (``init_cfg``, ``load_state_dict`` ...).
 ==========================================  ===================================================
 
 Like ``torch.backends.cudnn.flags``, a switch holds for the whole process while its block runs
-and is restored on exit; ``flags.kernels.get()`` (etc.) reads the current value. Model code reads
+and is restored on exit; ``flags.fused_attention.get()`` (etc.) reads the current value. Model code reads
 the switches at run time, so they apply to models built before the block as well.
 """
-import os
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Tuple
-
-KERNEL_CHOICES = ('auto', 'portable')
-
+from typing import Any, Callable, Iterator, Optional
 
 class Flag:
     """A process-wide switch: ``with flag(value): ...`` sets it for a block, ``flag.get()``
@@ -64,12 +56,7 @@ def _bool(value: Any) -> Optional[str]:
     return None if isinstance(value, bool) else 'expects True or False'
 
 
-def _choice(choices: Tuple[str, ...]) -> Callable[[Any], Optional[str]]:
-    return lambda value: None if value in choices else f'must be one of {choices}'
-
-
 fused_attention = Flag('fused_attention', True, _bool)
-kernels = Flag('kernels', os.environ.get('MMVIT_EXT_KERNELS', 'auto'), _choice(KERNEL_CHOICES))
 strict_loading = Flag('strict_loading', True, _bool)
 
-__all__ = ['Flag', 'KERNEL_CHOICES', 'fused_attention', 'kernels', 'strict_loading']
+__all__ = ['Flag', 'fused_attention', 'strict_loading']

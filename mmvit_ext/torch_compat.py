@@ -20,9 +20,6 @@ TORCH_FLOOR = (2, 1)  # setup.py's install_requires floor
 NEEDS: Dict[str, Tuple[Tuple[int, int], str]] = {
     'ONNX export': ((2, 6), 'torch.onnx.export(dynamo=True), torch.export.Dim, '
                             'torch.compiler.is_exporting'),
-    'CPU kernels': ((2, 4), 'torch.is_autocast_enabled(device), torch.get_autocast_dtype'),
-    "with_cp 'attn' / 'mlp' parts": ((2, 5), 'torch.distributed._composable.checkpoint '
-                                             'with context_fn'),
 }
 
 

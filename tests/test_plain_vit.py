@@ -269,47 +269,21 @@ def test_bad_dense_arguments(bad, match):
         DeepViT(arch=TINY[DeepViT], **bad)
 
 
-def test_row_locality_of_map_transforms():
-    """Which transforms the CPU inference kernel may cut into query chunks (ops owns this)."""
-    from mmvit_ext.ops.cpu_attention import _row_local
-    assert _row_local(ReAttention(2).train()) is False  # batch statistics need the whole map
-    assert _row_local(ReAttention(2).eval()) is True   # statistics folded into the mixing
-    assert _row_local(TalkingHeads(2)) is True
-    assert _row_local(RefinerMap(2)) is False          # a convolution over the map
-
-
 def test_refined_vit_runs_the_shared_attention_functions(monkeypatch):
-    """Every computing block of Refined-ViT goes through layers.explicit_attention (carrying its
-    map on), every shared block through layers.map_attention; attn_map hooks see both, and
-    flags.fused_attention / the CPU kernels see the same calls as for the other families."""
-    from torch.overrides import TorchFunctionMode
-    from mmvit_ext import flags, ops
-    from mmvit_ext.layers import explicit_attention
-
-    class Spy(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func is explicit_attention:
-                self.calls.append(kwargs.get('carried_map') is not None)
-            return func(*args, **(kwargs or {}))
-
+    """Every computing block of Refined-ViT computes its map with layers.attention_probs (and
+    carries it on), every block applies one with layers.map_attention; attn_map hooks see all."""
+    from mmvit_ext.backbones import refined_vit
+    calls = []
+    for name in ('attention_probs', 'map_attention'):
+        real = getattr(refined_vit, name)
+        monkeypatch.setattr(refined_vit, name, lambda *args, real=real, name=name, **kwargs:
+                            calls.append(name) or real(*args, **kwargs))
     model = RefinedViT(arch=TINY[RefinedViT], window_size=None, simple_pyramid=False).eval()
     maps = []
     for entry in model.attention_blocks():
         entry.attention.attn_map.register_forward_hook(lambda m, i, o: maps.append(o.shape))
-    x = torch.randn(1, 3, 64, 48)
-    with flags.kernels('portable'), Spy() as spy, torch.no_grad():
-        model(x)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 64, 48))
     # blocks 0 and 2 compute maps (block 2 with block 0's carried on), blocks 1 and 3 reuse them
-    assert spy.calls == [False, True]
+    assert calls == ['attention_probs', 'map_attention', 'map_attention'] * 2
     assert maps == [(1, 2, 12, 12)] * 4
-    offered = []  # the CPU kernels are offered the same calls (they may answer them)
-    kernel = ops.CPU_KERNELS[explicit_attention]
-    monkeypatch.setitem(ops.CPU_KERNELS, explicit_attention, lambda *args, **kwargs: offered.append(
-        kwargs.get('carried_map') is not None) or kernel(*args, **kwargs))
-    with flags.kernels('auto'), torch.no_grad():
-        ops.call(model.forward_features, x)
-    assert offered == [False, True]

@@ -18,13 +18,12 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .. import ops
 from ..converters import load_pretrained, unwrap_state_dict
 from ..converters.layouts import StateDict
 from ..converters.loading import LoadReport, current_source, prepare_state_dict
 from ..layers import AttentionBase, resize_rel_pos_table
 from ..errors import ConfigError
-from .checkpointing import (CheckpointPlan, MlpChunks, PartCheckpoints, checkpoint_block,
+from .checkpointing import (CheckpointPlan, checkpoint_block, select_parts,
                             parse_with_cp, part_module)
 from .vocabulary import Vocabulary, normalise_init_cfg
 
@@ -103,8 +102,6 @@ class BaseBackbone(BaseModule):
         self.level_strides: Tuple[int, ...] = ()
         self.frozen_stages = -1
         self.norm_eval = False
-        self._cp_parts = PartCheckpoints()
-        self._cp_chunks = MlpChunks()
         self._cp_key: Optional[Tuple] = None
         self._cp_blocks: FrozenSet[int] = frozenset()  # every block, and those run whole
         self._cp_whole: FrozenSet[int] = frozenset()
@@ -236,12 +233,10 @@ class BaseBackbone(BaseModule):
 
     # ---- forward -----------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """(B, C_in, H, W) -> the maps of ``out_indices`` (CPU kernels where they apply,
-        :mod:`mmvit_ext.ops`)."""
+        """(B, C_in, H, W) -> the maps of ``out_indices``."""
         self.check_input(x)
         self.prepare_checkpointing()
-        self._cp_parts.enable(self.training and torch.is_grad_enabled())
-        return ops.call(self.forward_features, x)
+        return self.forward_features(x)
 
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The family's forward, plain PyTorch."""
@@ -277,16 +272,22 @@ class BaseBackbone(BaseModule):
         parts = self._cp_plan.parts(stages, name)
         self._cp_blocks = frozenset(id(b) for b in blocks)
         self._cp_whole = frozenset(id(b) for b, p in zip(blocks, parts) if p == 'block')
-        self._cp_parts.select([part_module(b, p, name) for b, p in zip(blocks, parts)
-                               if p not in (None, 'block')])
-        self._cp_chunks.select([part_module(b, 'mlp', name) for b, p in zip(blocks, parts)
-                                if p == 'block'] if self._cp_plan.mlp_chunks > 1 else [],
-                               self._cp_plan.mlp_chunks, name)
+        chunks = self._cp_plan.mlp_chunks
+        if chunks > 1:  # whole blocks, their MLPs in token chunks
+            selected = [part_module(b, 'mlp', name) for b, p in zip(blocks, parts) if p == 'block']
+            for module in selected:
+                if not getattr(module, 'token_wise', False):
+                    raise ConfigError(f'{name}: with_cp mlp_chunks needs a token-wise MLP '
+                                      f'(token_wise = True); {type(module).__name__} mixes tokens')
+        else:
+            selected = [part_module(b, p, name) for b, p in zip(blocks, parts)
+                        if p not in (None, 'block')]
+        select_parts(list(self.modules()), selected, chunks)
         self._cp_key = key
 
     def run_block(self, block: nn.Module, *args: Any) -> Any:
         """Run a block, through activation checkpointing where ``with_cp`` selects the whole
-        block (the recomputation runs with the same kernels as the forward)."""
+        block."""
         if self._cp_plan.active and id(block) not in self._cp_blocks:
             raise RuntimeError(f'{type(self).__name__}: run_block got a {type(block).__name__} '
                                f'that checkpoint_stages() does not list, so with_cp cannot '

@@ -26,30 +26,24 @@ which part of each (the whole block, only its attention or only its MLP).
 A stage is a group of :meth:`~mmvit_ext.backbones.BaseBackbone.checkpoint_stages`: the four
 stages of Swin / PVTv2, one stage (every trunk block) for the plain-ViT families, plus CaiT's
 class-attention blocks as a second stage in its classifier. The part of a block is its child
-module of that name (every family's blocks have ``attn`` and ``mlp``), checkpointed from outside
-by :func:`torch.distributed._composable.checkpoint` (forward hooks: the block's code, parameter
-names and state dict stay as they are); whole blocks are checkpointed by
+module of that name (every family's blocks have ``attn`` and ``mlp``), a
+:class:`~mmvit_ext.layers.CheckpointedCall` whose call checkpoints itself when selected (the
+block's code, parameter names and state dict stay as they are); whole blocks are checkpointed by
 :meth:`~mmvit_ext.backbones.BaseBackbone.run_block`. Checkpointing is non-reentrant (DDP, FSDP,
 frozen parameters and autocast work as without it; under ``torch.compile`` use whole blocks: a
-compiled forward skips parts with a warning, and their hooks break the graph at every part),
-runs only in training with gradients enabled, recomputes with the CPU kernels the forward ran with
-(:mod:`mmvit_ext.ops`) and the forward's random state (dropout and drop path give the same
-values; MLP dropout in chunks draws per chunk). Whole blocks run with the CPU kernels' memory
-choices (:func:`mmvit_ext.ops.with_kernels` ``lean``: no bf16 attention map is saved).
+compiled forward runs parts plainly, with a warning), runs only in training with gradients
+enabled, and recomputes with the forward's random state (dropout and drop path give the same
+values; MLP dropout in chunks draws per chunk).
 """
-import functools
-import warnings
-from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint as cp
 from torch import nn
-from torch.distributed._composable import checkpoint as hook_checkpoint
 
-from .. import ops, torch_compat
 from ..errors import ConfigError
+from ..layers.checkpoint import CheckpointedCall
 
 PARTS = ('block', 'attn', 'mlp')
 BlockSelection = Union[bool, int, Tuple[Union[bool, int], ...]]
@@ -131,105 +125,32 @@ def parse_with_cp(value: Any, owner: str) -> CheckpointPlan:
 
 
 def checkpoint_block(block: nn.Module, *args: Any) -> Any:
-    """``block(*args)``, recomputed in backward with the forward's kernels (through
-    :func:`~mmvit_ext.ops.with_kernels`, not a ``context_fn``: torch.compile refuses a custom
-    one)."""
-    return cp.checkpoint(ops.with_kernels(block, lean=True), *args, use_reentrant=False)
+    """``block(*args)``, recomputed in backward (non-reentrant)."""
+    return cp.checkpoint(block, *args, use_reentrant=False)
 
 
-def part_module(block: nn.Module, part: str, owner: str) -> nn.Module:
-    """The submodule ``part`` of ``block``: its child of that name."""
+def part_module(block: nn.Module, part: str, owner: str) -> CheckpointedCall:
+    """The submodule ``part`` of ``block``: its child of that name, a
+    :class:`~mmvit_ext.layers.CheckpointedCall`."""
     module = getattr(block, part, None)
-    if not isinstance(module, nn.Module):
-        raise ConfigError(f"{owner}: with_cp part {part!r} needs blocks with an {part!r} child "
-                          f"module; {type(block).__name__} has none (use part='block')")
+    if not isinstance(module, CheckpointedCall):
+        raise ConfigError(f"{owner}: with_cp part {part!r} needs blocks whose {part!r} child is "
+                          f"a mmvit_ext.layers.CheckpointedCall (the shared attention and MLPs); "
+                          f"{type(block).__name__}.{part} is {type(module).__name__} "
+                          f"(use part='block')")
     return module
 
 
-class PartCheckpoints:
-    """The ``attn`` / ``mlp`` submodules checkpointed by hooks, switched on and off from
-    outside (:meth:`select`, :meth:`enable`)."""
-
-    def __init__(self) -> None:
-        self.hooked: Dict[int, nn.Module] = {}
-        self.selected: frozenset = frozenset()
-        self.warned = False
-
-    def select(self, modules: Sequence[nn.Module]) -> None:
-        """Checkpoint exactly ``modules`` from now on (hooks are added once per module)."""
-        if modules:
-            torch_compat.require("with_cp 'attn' / 'mlp' parts")
-        for module in modules:
-            if hook_checkpoint.state(module) is None:
-                hook_checkpoint(module, context_fn=_RecomputeWithKernels(module))
-            self.hooked[id(module)] = module
-        self.selected = frozenset(id(m) for m in modules)
-
-    def enable(self, on: bool) -> None:
-        """Checkpoint the selected modules in the next forwards (``on``) or run them plainly.
-        Not in a forward being compiled: the hooks' recomputation would run eager code
-        against the compiled graph's saved tensors, and they break the graph at every part
-        (whole blocks are checkpointed inside the graph)."""
-        if on and self.selected and torch_compat.is_compiling():
-            if not self.warned:
-                warnings.warn("with_cp='attn' / 'mlp' parts are not checkpointed in a forward "
-                              "compiled by torch.compile; whole blocks are (with_cp=True, a "
-                              "number or one entry per stage)")
-                self.warned = True
-            on = False
-        for key, module in self.hooked.items():
-            hook_checkpoint.state(module).enable_hook = on and key in self.selected
-
-
-class MlpChunks:
-    """The MLPs of whole checkpointed blocks run in token chunks (``mlp_chunks``), attached from
-    outside: the module's ``forward`` is shadowed on the instance (names, state dict and the
-    class's code stay as they are)."""
-
-    def __init__(self) -> None:
-        self.modules: Dict[int, nn.Module] = {}
-        self.warned = False
-
-    def select(self, modules: Sequence[nn.Module], chunks: int, owner: str) -> None:
-        """Chunk exactly ``modules`` in ``chunks`` pieces from now on (1: none)."""
-        for module in self.modules.values():
-            module.cp_mlp_chunks = 1
-        for module in modules:
-            if not getattr(module, 'token_wise', False):
-                raise ConfigError(f'{owner}: with_cp mlp_chunks needs a token-wise MLP '
-                                  f'(token_wise = True); {type(module).__name__} mixes tokens')
-            if 'forward' not in vars(module):
-                module.forward = functools.partial(self.forward, module)
-            module.cp_mlp_chunks = chunks
-            self.modules[id(module)] = module
-
-    def forward(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``module(x)``; in training with gradients, in token chunks (axis -2) each checkpointed
-        with the kernels of now."""
-        chunks = module.cp_mlp_chunks
-        run = ops.module_forward(module)
-        if chunks < 2 or not (module.training and torch.is_grad_enabled()):
-            return run(x)
-        if torch_compat.is_compiling():
-            if not self.warned:
-                warnings.warn('with_cp mlp_chunks does not chunk in a forward compiled by '
-                              'torch.compile; the MLP runs whole')
-                self.warned = True
-            return run(x)
-        context = _RecomputeWithKernels(module)
-        return torch.cat([cp.checkpoint(run, part, use_reentrant=False, context_fn=context)
-                          for part in x.chunk(chunks, dim=-2)], dim=-2)
-
-
-class _RecomputeWithKernels:
-    """``context_fn`` of the hooks: the recomputation runs with the kernels the forward had."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-
-    def __call__(self) -> Tuple[Any, Any]:
-        return nullcontext(), ops.kernels_as_now(self.module)
+def select_parts(modules: Sequence[nn.Module], selected: Sequence[CheckpointedCall],
+                 chunks: int) -> None:
+    """Checkpoint exactly ``selected`` among ``modules`` (in ``chunks`` token chunks, 1: whole);
+    every other :class:`~mmvit_ext.layers.CheckpointedCall` of ``modules`` runs plainly."""
+    for module in modules:
+        if isinstance(module, CheckpointedCall):
+            module.checkpoint_chunks = 0
+    for module in selected:
+        module.checkpoint_chunks = chunks
 
 
 __all__ = ['PARTS', 'CheckpointPlan', 'parse_with_cp', 'checkpoint_block', 'part_module',
-           'PartCheckpoints', 'MlpChunks']
+           'select_parts']

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..layers import (AttnBias, ConvStemEmbed, RefinerMap, Size2, WindowAttention,
-                      explicit_attention, map_attention)
+                      attention_probs, final_map, map_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
@@ -19,8 +19,7 @@ class RefinerAttention(WindowAttention):
 
     A computing block (``shared=False``) is the shared qkv attention whose probabilities get
     ``scale`` times the map carried from the previous pair added (the official residual map
-    connection, :func:`~mmvit_ext.layers.explicit_attention`'s ``carried_map``); it carries its
-    own map on. A shared block computes no map: it refines the carried one with
+    connection); it carries its own map on. A shared block computes no map: it refines the carried one with
     :class:`~mmvit_ext.layers.RefinerMap`, applies it to its values
     (:func:`~mmvit_ext.layers.map_attention`) and carries the received map on unchanged (so both
     blocks of a pair must use the same windows).
@@ -53,10 +52,11 @@ class RefinerAttention(WindowAttention):
         maps_shape = (*batch, self.num_heads, n, n)
         carried = prev_map * self.scale \
             if prev_map is not None and prev_map.shape == maps_shape else None
-        out, attn = explicit_attention(q, k, v, self.scale, attn_bias, dropout_p,
-                                       self.map_transforms, self.attn_map, carried_map=carried,
-                                       return_map=True)
-        return self.project(out), attn
+        attn = attention_probs(q, k, self.scale, attn_bias, self.map_transforms)
+        if carried is not None:
+            attn = attn + carried
+        attn = final_map(attn, self.map_transforms, self.attn_map)  # the map carried on
+        return self.project(map_attention(attn, v, dropout_p)), attn
 
     def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:

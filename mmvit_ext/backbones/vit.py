@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (AttnBias, Mlp, PatchEmbed, Size2, WindowAttention, bias_terms, fit_window,
-                      interpolation_matrix, known_equal)
+from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
+                      bias_terms, fit_window, interpolation_matrix, known_equal)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -36,7 +36,7 @@ def _vit(dim: int, depth: int, heads: int, **extra: Any) -> dict:
 _dinov2 = partial(_vit, patch_size=14, layer_scale=1e-5, interpolate_offset=0.1, img_size=518)
 
 
-class SwiGLU(nn.Module):
+class SwiGLU(CheckpointedCall, nn.Module):
     """SwiGLU FFN (DINOv2 giant): ``fc2(silu(a) * b)`` with ``(a, b)`` the halves of ``fc1(x)``.
 
     The hidden width is DINOv2's: 2/3 of ``hidden_features`` rounded up to a multiple of 8.

@@ -10,7 +10,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from ..ops import cpu_gemm
 from ..utils.heap import trim_freed_memory
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -144,22 +143,16 @@ def count_flops(model: nn.Module, x: torch.Tensor, mode: str) -> int:
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repeat: int = 10
                 ) -> float:
-    """Measured FLOP/s of a large square matmul: the machine's practical peak for ``dtype``,
-    the best of ``torch.matmul`` and the oneDNN route of :mod:`mmvit_ext.ops.cpu_gemm` (CPU
-    float32, where MKL may run a narrower ISA than the CPU has)."""
+    """Measured FLOP/s of a large square matmul: the machine's practical peak for ``dtype``."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     best = float('inf')
-    gemms = [torch.matmul]
-    if cpu_gemm.applies(a, b):
-        gemms.append(cpu_gemm.linear)
-    for gemm in gemms:
-        for _ in range(2):
-            gemm(a, b)
+    for _ in range(2):
+        torch.matmul(a, b)
+    _sync(device)
+    for _ in range(repeat):
+        start = time.perf_counter()
+        torch.matmul(a, b)
         _sync(device)
-        for _ in range(repeat):
-            start = time.perf_counter()
-            gemm(a, b)
-            _sync(device)
-            best = min(best, time.perf_counter() - start)
+        best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best

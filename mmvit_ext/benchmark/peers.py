@@ -1,23 +1,15 @@
 """Peer implementations (mmdet, timm ...) holding exactly our weights, for side-by-side runs.
 
-Each family builds its own (``BaseBackbone.benchmark_peers``, in the family's converter file):
-our state dict is exported to the official layout and read by each peer's own converter, so the
-comparison also cross-checks the implementations' semantics. This module holds what they share.
+Each family builds its own (``BaseBackbone.benchmark_peers``, in the family's converter file,
+with :func:`~mmvit_ext.converters.peers.load_peer`): our state dict is exported to the official
+layout and read by each peer's own converter, so the comparison also cross-checks the
+implementations' semantics. Imports go benchmark -> backbones -> converters, never back.
 """
 from typing import Dict, List, Tuple
 
-import torch
 from torch import nn
 
-
-def load_peer(peer: nn.Module, state: Dict[str, torch.Tensor], name: str) -> nn.Module:
-    """Load ``state`` into ``peer``; anything missing (but saved buffers) or left over raises."""
-    result = peer.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith('relative_position_index')]
-    if missing or result.unexpected_keys:
-        raise RuntimeError(f'{name} did not take our weights: missing {missing}, '
-                           f'unexpected {result.unexpected_keys}')
-    return peer
+from ..converters.peers import load_peer
 
 
 def peer_families() -> List[str]:

@@ -13,6 +13,7 @@ import torch
 
 from .layouts import (StateDict, has_key, merge_qkv, register_layout, rename_keys,
                       strip_model_prefix)
+from .peers import load_peer
 
 _OFFICIAL = re.compile(r'^(patch_embed|block|norm)(\d)\.(.*)$')
 
@@ -166,7 +167,6 @@ def pvtv2_benchmark_peers(ours: torch.nn.Module, img_size: Tuple[int, int]
     from mmdet.models.backbones.pvt import pvt_convert
     import timm
     from timm.models.pvt_v2 import checkpoint_filter_fn
-    from ..benchmark.peers import load_peer
     depths = [len(stage.blocks) for stage in ours.layers]
     official = export_official_pvtv2(ours.state_dict())
     arch = {(32, 2): 'b0', (64, 2): 'b1', (64, 3): 'b2'}.get((ours.out_channels[0], depths[0]))

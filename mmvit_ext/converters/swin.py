@@ -15,6 +15,7 @@ import torch
 
 from .layouts import (StateDict, has_key, merge_qkv, register_init_only, register_layout,
                       rename_keys, strip_model_prefix)
+from .peers import load_peer
 
 _TABLE = 'relative_position_bias_table'
 _OFFICIAL_TABLE = re.compile(r'^layers\.\d+\.blocks\.\d+\.attn\.relative_position_bias_table$')
@@ -211,7 +212,6 @@ def swin_benchmark_peers(ours: torch.nn.Module, img_size: Tuple[int, int]
     from mmdet.models.backbones.swin import swin_converter
     import timm
     from timm.models.swin_transformer import checkpoint_filter_fn
-    from ..benchmark.peers import load_peer
     if ours.out_indices != (0, 1, 2, 3) or ours.window_size != 7:
         raise ValueError('peers are built for out_indices=(0, 1, 2, 3) and window_size=7')
     dims = ours.out_channels[0]

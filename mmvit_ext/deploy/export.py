@@ -5,9 +5,8 @@ The exporter is ``torch.onnx.export(..., dynamo=True)`` (``torch.export`` + onnx
 symbols, so every shape computation of our backbones (window padding and shifts, shift masks,
 position-embedding resizing, the PVTv2-li pooling matrices) becomes graph arithmetic on the
 input's shape. The TorchScript exporter (``dynamo=False``) instead records each Python ``if`` on
-a size as taken at the example, freezing the graph to it. The CPU kernels of
-:mod:`mmvit_ext.ops` and their custom autograd functions are skipped while exporting
-(:func:`mmvit_ext.ops.cpu_kernels_apply`): the graph holds the portable model code.
+a size as taken at the example, freezing the graph to it. The model code is the same on every
+device, so the graph holds what a GPU runs.
 """
 import logging
 import time

@@ -5,12 +5,11 @@
 example's size at every input size (a later resize to the skip connection's size hides it: the
 output has the right shape and wrong values). ``nn.AdaptiveAvgPool2d`` (mmseg's PPM) exports a
 gather whose indices hold at the example's size only. While :func:`export_rewrites` is active,
-such modules of a model run an equivalent forward built from symbolic sizes; the checks against
+such modules of a model are replaced by equivalent modules built from symbolic sizes; the checks against
 PyTorch (:func:`..export.max_relative_diff`) run the original modules.
 """
-import types
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -29,56 +28,63 @@ def _integer_factors(module: nn.Module) -> Tuple[int, int]:
     return int(factors[0]), int(factors[1])
 
 
-def _mmseg_upsample(module: nn.Module) -> Optional[Callable]:
-    """mmseg ``Upsample`` without a fixed size: ``size * factor`` as symbolic sizes."""
-    if module.size:
-        return None
-    fh, fw = _integer_factors(module)
+class SymbolicUpsample(nn.Module):
+    """mmseg ``Upsample`` without a fixed size, its output size ``size * factor`` as symbolic
+    sizes."""
 
-    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        size = (x.shape[-2] * fh, x.shape[-1] * fw)
+    def __init__(self, factors: Tuple[int, int], mode: str, align_corners: Optional[bool]) -> None:
+        super().__init__()
+        self.factors, self.mode, self.align_corners = factors, mode, align_corners
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = (x.shape[-2] * self.factors[0], x.shape[-1] * self.factors[1])
         return F.interpolate(x, size, None, self.mode, self.align_corners)
-    return forward
 
 
-def _adaptive_avg_pool(module: nn.Module) -> Optional[Callable]:
+class MatrixAdaptiveAvgPool2d(nn.Module):
     """``nn.AdaptiveAvgPool2d`` as pooling matrices (:func:`layers.adaptive_avg_pool2d`)."""
-    size = module.output_size
-    size = (size, size) if isinstance(size, int) else tuple(size)
-    if any(s is None for s in size):
-        raise ValueError(f'AdaptiveAvgPool2d(output_size={module.output_size}) keeps an input '
-                         'size; give both output sides to export it')
 
-    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return adaptive_avg_pool2d(x, size)
-    return forward
+    def __init__(self, size: Tuple[int, int]) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return adaptive_avg_pool2d(x, self.size)
 
 
-def _rewrite_for(module: nn.Module) -> Optional[Callable]:
+def _rewrite_for(module: nn.Module) -> Optional[nn.Module]:
+    """The export stand-in for ``module``, or ``None``."""
     if isinstance(module, nn.AdaptiveAvgPool2d):
-        return _adaptive_avg_pool(module)
-    if type(module).__name__ == 'Upsample' and type(module).__module__.startswith('mmseg.'):
-        return _mmseg_upsample(module)
+        size = module.output_size
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        if any(s is None for s in size):
+            raise ValueError(f'AdaptiveAvgPool2d(output_size={module.output_size}) keeps an '
+                             f'input size; give both output sides to export it')
+        return MatrixAdaptiveAvgPool2d(size)
+    if type(module).__name__ == 'Upsample' and type(module).__module__.startswith('mmseg.') \
+            and not module.size:
+        return SymbolicUpsample(_integer_factors(module), module.mode, module.align_corners)
     return None
 
 
 @contextmanager
 def export_rewrites(model: nn.Module) -> Iterator[List[str]]:
-    """Swap in the export forwards of ``model``'s modules for the duration; yields the names of
-    the rewritten modules and restores the original forwards afterwards."""
-    patched = []
+    """Swap the export stand-ins in for ``model``'s modules for the duration (as children of
+    the same parents, no parameters involved); yields the names of the rewritten modules and
+    puts the originals back afterwards."""
+    swapped = []
     try:
-        for name, module in model.named_modules():
-            forward = _rewrite_for(module)
-            if forward is not None:
-                patched.append((name, module, module.__dict__.get('forward')))
-                module.forward = types.MethodType(forward, module)
-        yield [name for name, _, _ in patched]
+        for name, module in list(model.named_modules()):
+            stand_in = _rewrite_for(module)
+            if stand_in is not None and name:
+                parent_name, _, child = name.rpartition('.')
+                parent = model.get_submodule(parent_name)
+                setattr(parent, child, stand_in)
+                swapped.append((name, parent, child, module))
+        yield [name for name, _, _, _ in swapped]
     finally:
-        for _, module, previous in patched:
-            del module.forward
-            if previous is not None:
-                module.forward = previous
+        for _, parent, child, module in reversed(swapped):
+            setattr(parent, child, module)
 
 
-__all__ = ['export_rewrites']
+__all__ = ['export_rewrites', 'SymbolicUpsample', 'MatrixAdaptiveAvgPool2d']

@@ -1,8 +1,9 @@
-"""Shared layers: plain nn.Modules used by every backbone family (no device-specific code;
-CPU kernels live in :mod:`mmvit_ext.ops`)."""
+"""Shared layers: plain nn.Modules used by every backbone family (no device-specific code)."""
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, AttnBias,
-                        MapTransform, bias_terms, explicit_attention, map_attention,
+                        MapTransform, attention_probs, bias_terms, explicit_attention,
+                        final_map, map_attention,
                         scaled_dot_product_attention, sum_bias)
+from .checkpoint import CheckpointedCall
 from .deform_attn import MSDeformAttn, multi_scale_deformable_attention, reference_points
 from .drop import DropPath, linear_drop_path_rates
 from .init import init_linear_and_norm
@@ -22,8 +23,8 @@ from .window import (WindowAttention, WindowGeometry, fit_window, join_windows,
                      shifted_window_mask, split_windows, window_partition, window_reverse)
 
 __all__ = [
-    'Attention', 'AttentionBase', 'AttnBias', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
-    'bias_terms', 'sum_bias',
+    'Attention', 'AttentionBase', 'CheckpointedCall', 'AttnBias', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
+    'bias_terms', 'sum_bias', 'attention_probs', 'final_map',
     'scaled_dot_product_attention', 'explicit_attention', 'map_attention', 'ReAttention',
     'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
     'split_windows', 'join_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',

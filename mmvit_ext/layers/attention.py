@@ -7,17 +7,14 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
   kernels need (never into the head axis, whose grid dimension is capped at 65,535).
 * :func:`explicit_attention` -- the same product with the map materialised, so that *map
   transforms* act on it (re-attention, talking heads, Refiner). A transform declares whether it
-  acts on the logits (``stage = 'pre_softmax'``) or the probabilities (``'post_softmax'``). A
-  map carried over from an earlier block (Refined-ViT) may be added to the probabilities, and
-  the map returned to be carried on.
-* :func:`map_attention` -- the tail of :func:`explicit_attention` on a given map (a block that
-  reuses a carried map instead of computing one): post-softmax transforms, ``attn_map``,
-  dropout, ``attn @ v``.
+  acts on the logits (``stage = 'pre_softmax'``) or the probabilities (``'post_softmax'``).
+  Its two halves: :func:`attention_probs` (logits, pre-softmax transforms, softmax) and
+  :func:`map_attention` on a given map (:func:`final_map`: post-softmax transforms and
+  ``attn_map``; dropout, ``attn @ v``), for families that reuse or carry maps (Refined-ViT).
 
-The final map always passes through ``attn_map`` (an Identity) for analysis hooks. All three
-honour the ``__torch_function__`` protocol, like ``torch.nn.functional``: that is how
-:mod:`mmvit_ext.ops` substitutes CPU kernels with the same semantics. Nothing here depends on
-the device; :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. Nothing
+here depends on the device: what a GPU runs is what a CPU runs. :mod:`mmvit_ext.flags`
+``fused_attention(False)`` turns the fused path off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
 (Swin's per-head position bias and per-window shift mask): kept apart, no (windows x heads x
@@ -29,9 +26,9 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import handle_torch_function, has_torch_function
 
 from .. import flags
+from .checkpoint import CheckpointedCall
 
 PRE_SOFTMAX = 'pre_softmax'
 POST_SOFTMAX = 'post_softmax'
@@ -77,9 +74,6 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     ``attn_bias`` broadcasts to (..., H, N, M). Leading dimensions beyond one are folded into
     the batch axis (a per-window bias is expanded over the batch for that).
     """
-    if has_torch_function((q, k, v)):
-        return handle_torch_function(scaled_dot_product_attention, (q, k, v), q, k, v,
-                                     attn_bias=attn_bias, dropout_p=dropout_p, scale=scale)
     lead = q.shape[:-3]
     attn_bias = sum_bias(attn_bias)
     if attn_bias is not None and attn_bias.dtype not in (q.dtype, torch.bool):
@@ -93,56 +87,48 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return out.view(*lead, *out.shape[-3:])
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                       attn_bias: AttnBias = None, dropout_p: float = 0.0,
-                       transforms: Sequence[MapTransform] = (),
-                       attn_map: Optional[nn.Module] = None,
-                       carried_map: Optional[torch.Tensor] = None, return_map: bool = False
-                       ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """softmax(q k^T * scale + bias) v with the map materialised (softmax in float32) and the
-    map transforms applied before / after the softmax as each declares.
-
-    ``carried_map`` (..., H, N, M) is added to the probabilities (Refined-ViT's map residual);
-    ``return_map`` returns ``(out, map)``, the map after the transforms and ``attn_map``, to
-    carry to a later block.
-    """
-    if has_torch_function((q, k, v)):
-        return handle_torch_function(explicit_attention, (q, k, v), q, k, v, scale,
-                                     attn_bias=attn_bias, dropout_p=dropout_p,
-                                     transforms=transforms, attn_map=attn_map,
-                                     carried_map=carried_map, return_map=return_map)
+def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, attn_bias: AttnBias = None,
+                    transforms: Sequence[MapTransform] = ()) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) (..., H, N, M) in ``q``'s dtype (softmax in float32), the
+    pre-softmax transforms applied to the logits."""
     logits = (q * scale) @ k.transpose(-2, -1)
     for term in bias_terms(attn_bias):
         logits = logits + term
     for transform in transforms:
         if transform.stage == PRE_SOFTMAX:
             logits = transform(logits)
-    attn = logits.float().softmax(dim=-1).to(q.dtype)
-    if carried_map is not None:
-        attn = attn + carried_map
-    return map_attention(attn, v, dropout_p, transforms, attn_map, return_map)
+    return logits.float().softmax(dim=-1).to(q.dtype)
 
 
-def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
-                  transforms: Sequence[MapTransform] = (), attn_map: Optional[nn.Module] = None,
-                  return_map: bool = False
-                  ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """``attn @ v`` for probabilities ``attn`` (..., H, N, M): the post-softmax transforms,
-    ``attn_map``, dropout; with ``return_map``, ``(out, map before dropout)``."""
-    if has_torch_function((attn, v)):
-        return handle_torch_function(map_attention, (attn, v), attn, v, dropout_p=dropout_p,
-                                     transforms=transforms, attn_map=attn_map,
-                                     return_map=return_map)
+def final_map(attn: torch.Tensor, transforms: Sequence[MapTransform] = (),
+              attn_map: Optional[nn.Module] = None) -> torch.Tensor:
+    """Probabilities (..., H, N, M) through the post-softmax transforms and ``attn_map``."""
     for transform in transforms:
         if transform.stage == POST_SOFTMAX:
             attn = transform(attn)
-    if attn_map is not None:
-        attn = attn_map(attn)
-    out = (F.dropout(attn, p=dropout_p) if dropout_p > 0 else attn) @ v
-    return (out, attn) if return_map else out
+    return attn if attn_map is None else attn_map(attn)
 
 
-class AttentionBase(nn.Module):
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                       attn_bias: AttnBias = None, dropout_p: float = 0.0,
+                       transforms: Sequence[MapTransform] = (),
+                       attn_map: Optional[nn.Module] = None) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v with the map materialised (softmax in float32) and the
+    map transforms applied before / after the softmax as each declares."""
+    return map_attention(attention_probs(q, k, scale, attn_bias, transforms), v, dropout_p,
+                         transforms, attn_map)
+
+
+def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                  transforms: Sequence[MapTransform] = (), attn_map: Optional[nn.Module] = None
+                  ) -> torch.Tensor:
+    """``attn @ v`` for probabilities ``attn`` (..., H, N, M): the post-softmax transforms,
+    ``attn_map``, dropout."""
+    attn = final_map(attn, transforms, attn_map)
+    return (F.dropout(attn, p=dropout_p) if dropout_p > 0 else attn) @ v
+
+
+class AttentionBase(CheckpointedCall, nn.Module):
     """Heads, scale, output projection and the fused / explicit choice shared by every attention.
 
     Subclasses produce q, k, v of shape (..., H, N, d) and call :meth:`attend`. ``fused=False``

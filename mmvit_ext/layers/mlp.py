@@ -5,10 +5,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checkpoint import CheckpointedCall
 from .shapes import map_to_tokens, tokens_to_map
 
 
-class Mlp(nn.Module):
+class Mlp(CheckpointedCall, nn.Module):
     """fc1 -> act -> drop -> fc2 -> drop on (..., C) tokens."""
 
     token_wise = True  # each token's output depends on that token only
@@ -29,7 +30,7 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(x))
 
 
-class ConvMlp(nn.Module):
+class ConvMlp(CheckpointedCall, nn.Module):
     """PVTv2 FFN on (B, H*W, C) tokens: fc1 -> [ReLU] -> 3x3 depthwise conv on the (H, W) grid
     -> act -> fc2.
 

@@ -6,7 +6,7 @@
 Exports the model (dynamic shapes unless ``--static``; ``--onnx`` reuses a file exported by
 ``export_onnx.py``), checks ONNX Runtime against PyTorch at the benchmark input, then times both
 (median of ``--runs`` after one warm-up) and prints the ratio ONNX Runtime / eager (< 1: faster).
-PyTorch eager is the model as users run it, CPU kernels included (``MMVIT_EXT_KERNELS``).
+PyTorch eager is the model as users run it.
 """
 import argparse
 import sys
