@@ -18,9 +18,24 @@ from ..converters.timm_models import PREFIX, timm_keys_to_ours
 from ..errors import ConfigError
 from ..registry import MODELS
 from .base import BaseBackbone
-from .checkpointing import part_module
+from ..layers import CheckpointedCall
+from .checkpointing import select_parts
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_CHECKPOINTED: Dict[type, type] = {}
+
+
+def checkpointable(module: nn.Module) -> CheckpointedCall:
+    """``module`` as a :class:`~mmvit_ext.layers.CheckpointedCall`: timm's block / attention /
+    MLP classes get a subclass ``Checkpointed<Name>`` (same code, parameters and state dict,
+    shown by ``print(model)``), made once per class when ``with_cp`` selects the module."""
+    cls = type(module)
+    if not issubclass(cls, CheckpointedCall):
+        if cls not in _CHECKPOINTED:
+            _CHECKPOINTED[cls] = type(f'Checkpointed{cls.__name__}', (CheckpointedCall, cls),
+                                      {'__module__': cls.__module__})
+        module.__class__ = _CHECKPOINTED[cls]
+    return module
 
 
 def import_timm() -> Any:
@@ -252,8 +267,9 @@ class TimmBackbone(BaseBackbone):
         return [blocks for _, blocks in sorted(stages.items())]
 
     def prepare_checkpointing(self) -> None:
-        """``with_cp`` through hooks on the blocks (whole, or their ``attn`` / ``mlp``): timm
-        runs its blocks itself, so :meth:`run_block` never sees them."""
+        """``with_cp`` on timm's blocks (whole, or their ``attn`` / ``mlp``): timm runs its blocks
+        itself, so :meth:`run_block` never sees them; the selected modules checkpoint their own
+        call (:func:`checkpointable`)."""
         stages = self.checkpoint_stages()
         key = (self._cp_plan, tuple(id(b) for stage in stages for b in stage))
         if key == self._cp_key:
@@ -264,8 +280,16 @@ class TimmBackbone(BaseBackbone):
                               f'= True); timm MLPs do not say so, use whole blocks')
         blocks = [b for stage in stages for b in stage]
         parts = self._cp_plan.parts(stages, name) if self._cp_plan.active else []
-        self._cp_parts.select([block if part == 'block' else part_module(block, part, name)
-                               for block, part in zip(blocks, parts) if part is not None])
+        selected = []
+        for block, part in zip(blocks, parts):
+            if part is None:
+                continue
+            module = block if part == 'block' else getattr(block, part, None)
+            if not isinstance(module, nn.Module):
+                raise ConfigError(f'{name}: with_cp part {part!r}: {type(block).__name__} has no '
+                                  f'{part!r} child (use part=\'block\')')
+            selected.append(checkpointable(module))
+        select_parts(list(self.modules()), selected, 1)
         self._cp_key = key
 
     # ---- weights -----------------------------------------------------------------------------
