@@ -1,13 +1,42 @@
 #!/usr/bin/env bash
-# Create (or refresh) .venv at the repository root with the pinned development stack.
+# Create (or refresh) a venv with one tested stack: .venv with the pinned development stack
+# (requirements/dev.txt), or with --stack oldest .venv-oldest (requirements/oldest.txt).
 # Idempotent: a stamp holding the hash of the pinned inputs makes a second run take seconds.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-venv="$root/.venv"
+usage() {
+    cat <<'USAGE'
+usage: bash tools/setup_env.sh [--stack pinned|oldest] [--venv DIR]
+
+  --stack pinned  requirements/dev.txt into .venv (default; the README's stack)
+  --stack oldest  requirements/oldest.txt (torch 2.1 + mmcv 2.1.0) into .venv-oldest; mmcv is
+                  compiled against that torch and its wheel kept in
+                  ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/mmcv/KEY (KEY names mmcv, torch, device,
+                  Python), never in pip's cache, where it would collide with the pinned build
+  --venv DIR      the venv to create or refresh instead of the stack's default
+Environment: PYTHON (the interpreter for a new venv, default python3), MAX_JOBS (compile jobs,
+default: all cores), TORCH_CUDA_ARCH_LIST (CUDA archs, default: the device's).
+USAGE
+}
+stack=pinned
+venv=""
+while (($#)); do
+    case "$1" in
+        --stack) stack="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
+        --venv) venv="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "[setup_env] unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+case "$stack" in
+    pinned) reqs=requirements/dev.txt; venv="${venv:-$root/.venv}" ;;
+    oldest) reqs=requirements/oldest.txt; venv="${venv:-$root/.venv-oldest}" ;;
+    *) echo "[setup_env] --stack must be pinned or oldest, got '$stack'" >&2; exit 2 ;;
+esac
 py="${PYTHON:-python3}"
 stamp="$venv/.mmvit_ext_stack"
-want="$(cat requirements/dev.txt tools/setup_env.sh setup.py | sha256sum | cut -d' ' -f1)"
+want="$(cat "$reqs" tools/setup_env.sh setup.py | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "[setup_env] .venv is up to date ($venv)"
@@ -18,8 +47,10 @@ fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 t0=$SECONDS
 "${pip[@]}" "setuptools<70" wheel ninja
-# torch first: mmcv's ops are compiled against it without build isolation.
-"${pip[@]}" "torch==2.11.0" "torchvision==0.26.0" "numpy<2"
+# torch first (the stack's torch / torchvision / numpy lines): mmcv's ops are compiled against it
+# without build isolation.
+mapfile -t base < <(sed -n -E 's/[[:space:]]*#.*//; /^(torch|torchvision|numpy)([=<>!~ ]|$)/p' "$reqs")
+"${pip[@]}" "${base[@]}"
 # mmcv's ops, probed by running nms on the device torch sees (a CPU-only build imports fine on a
 # GPU machine and fails on the first CUDA tensor).
 device="$("$venv/bin/python" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")"
@@ -37,14 +68,27 @@ if ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
                 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
                 "${pip[@]}" --no-build-isolation --no-cache-dir --force-reinstall --no-deps "mmcv==2.1.0"
         fi
-    else
+    elif [[ "$stack" == pinned ]]; then
         echo "[setup_env] building mmcv 2.1.0 with CPU ops (about 12 min on 2 cores the first time; pip caches the wheel)"
         MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${pip[@]}" --no-build-isolation "mmcv==2.1.0"
+    else
+        key="$("$venv/bin/python" -c 'import sys, torch; print("mmcv2.1.0-torch%s-cpu-py%d%d" % (torch.__version__.split(chr(43))[0], *sys.version_info[:2]))')"
+        cache="${XDG_CACHE_HOME:-$HOME/.cache}/mmvit_ext/mmcv/$key"
+        if ! compgen -G "$cache/mmcv-2.1.0-*.whl" >/dev/null; then
+            echo "[setup_env] building mmcv 2.1.0 with CPU ops against this torch ($key; about 12 min on 2 cores, then cached in $cache)"
+            mkdir -p "$cache.tmp"
+            MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
+                --disable-pip-version-check --no-build-isolation --no-cache-dir --no-deps \
+                "mmcv==2.1.0" -w "$cache.tmp"
+            rm -rf "$cache" && mv "$cache.tmp" "$cache"
+        fi
+        "${pip[@]}" --no-deps --force-reinstall "$cache"/mmcv-2.1.0-*.whl  # this build, then
+        "${pip[@]}" "$cache"/mmcv-2.1.0-*.whl "${base[@]}"                  # its dependencies
     fi
     "$venv/bin/python" -c "$probe" || { echo "[setup_env] error: mmcv's nms does not run on $device" >&2; exit 1; }
 fi
-"${pip[@]}" -r requirements/dev.txt
+"${pip[@]}" -r "$reqs"
 "${pip[@]}" --no-deps --no-build-isolation -e .
-"$venv/bin/python" -c "import mmcv._ext, mmdet.models, mmseg.models, mmpretrain.models, mmvit_ext; print('[setup_env] stack OK: torch', __import__('torch').__version__, 'mmcv', mmcv.__version__, 'ops on $device')"
+"$venv/bin/python" -c "import mmcv._ext, mmdet.models, mmseg.models, mmpretrain.models, mmvit_ext; print('[setup_env] $stack stack OK: torch', __import__('torch').__version__, 'mmcv', mmcv.__version__, 'ops on $device')"
 echo "$want" > "$stamp"
 echo "[setup_env] done in $((SECONDS - t0)) s"
