@@ -20,6 +20,8 @@ TORCH_FLOOR = (2, 1)  # setup.py's install_requires floor
 NEEDS: Dict[str, Tuple[Tuple[int, int], str]] = {
     'ONNX export': ((2, 6), 'torch.onnx.export(dynamo=True), torch.export.Dim, '
                             'torch.compiler.is_exporting'),
+    'training-state checkpoints': ((2, 4), 'torch.serialization.add_safe_globals: weights-only '
+                                           'loading of mmengine / timm training state'),
 }
 
 

@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from .. import torch_compat
+
 PathLike = Union[str, Path]
 WRAPPER_KEYS = ('model', 'state_dict', 'state_dict_ema', 'model_ema', 'module')
 STRIP_PREFIXES = ('module.', 'backbone.')
@@ -65,6 +67,9 @@ def resolve_checkpoint(path: PathLike, download: bool = True) -> Path:
         f'mmengine and torch.hub; TORCH_HOME moves it)')
 
 
+TRAINING_STATE = 'training-state checkpoints'  # a feature of torch_compat.NEEDS
+
+
 def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cpu') -> Any:
     """Load ``.safetensors`` or a torch file without executing pickled code; a URL is read from
     the torch hub cache (downloaded there first when needed).
@@ -86,6 +91,11 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cp
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
+        if not torch_compat.supports(TRAINING_STATE):  # no allowlist: only tensors and containers
+            raise CheckpointError(f'refused to load {path}: it holds pickled objects (training '
+                                  f'state?) and {torch_compat.unsupported_message(TRAINING_STATE)}'
+                                  f'; save its state_dict alone, or load it on a newer torch'
+                                  ) from err
         raise CheckpointError(
             f'refused to load {path}: it holds pickled objects outside the safe allowlist, so it '
             f'could run code when unpickled. Only tensors, containers and the allowlisted '
