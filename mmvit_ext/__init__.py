@@ -5,9 +5,11 @@ plain-data classes that mmengine writes into its training checkpoints, so that `
 ``load_from`` work under torch's ``weights_only`` loading without ever disabling it.
 """
 from .config_files import register_scope
+from .utils.env_check import warn_problems
 from .utils.safe_checkpoint import allow_mmengine_checkpoints
 from .version import __version__
 
+warn_problems()  # installed-package combinations that break the peers' imports, named first
 allow_mmengine_checkpoints()
 register_scope()  # `_base_ = 'mmvit_ext::dir/file.py'` resolves to the shipped configs
 

@@ -68,7 +68,7 @@ def test_plan_keys_the_cache_by_versions_cuda_and_arch(tmp_path):
     assert f'mmcv cache: {tmp_path}/c/mmcv/{key}' in result.stdout
     assert f'CUDA_HOME: {tmp_path}/cuda\n' in result.stdout  # nvcc's own directory, one up
     assert 'MAX_JOBS: 3' in result.stdout
-    assert 'sets: core extra' in result.stdout
+    assert 'sets: core\n' in result.stdout  # one set, one carry
     assert not (tmp_path / 'c').exists()  # the plan builds nothing
 
 
@@ -92,9 +92,11 @@ def test_wheel_list_matches_the_pinned_stack():
     assert wheels['torch'][1] == wheels['torchvision'][1] == 'image'  # the image's, never shipped
     assert wheels['mmcv'] == ('2.1.0', 'core')
     shipped = {n: s for n, (_, s) in wheels.items() if s != 'image'}
-    assert set(shipped.values()) == {'core', 'extra'}
-    # each module the imports need comes from exactly one listed distribution
-    for name in ('opencv-python-headless', 'scipy', 'matplotlib', 'shapely', 'pycocotools'):
+    assert set(shipped.values()) == {'core'}
+    # each module the imports need comes from exactly one listed distribution: the image's or ours
+    for name in ('opencv-python-headless', 'scipy', 'matplotlib', 'regex'):
+        assert wheels[name][1] == 'image', name
+    for name in ('mmpretrain', 'shapely', 'pycocotools', 'wcwidth'):
         assert name in shipped, name
     lines = [ln.split()[0].lower() for ln in LIST.read_text().splitlines() if '==' in ln and not ln.startswith('#')]
     assert len(lines) == len(set(lines))

@@ -287,3 +287,44 @@ def test_refined_vit_runs_the_shared_attention_functions(monkeypatch):
     # blocks 0 and 2 compute maps (block 2 with block 0's carried on), blocks 1 and 3 reuse them
     assert calls == ['attention_probs', 'map_attention', 'map_attention'] * 2
     assert maps == [(1, 2, 12, 12)] * 4
+
+
+def _saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct tensors autograd keeps for backward of ``model(x)``."""
+    seen = {}
+    torch.manual_seed(1)  # the same stochastic depth draws in both runs
+
+    def pack(t):
+        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        outs = model(x)
+    return sum(seen.values()), outs
+
+
+def test_refiner_recomputes_expanded_maps_with_equal_gradients_and_statistics():
+    """Training keeps only the Refiner's H input maps (the r*H expanded ones are recomputed in
+    backward): output, every gradient and the BatchNorm running statistics (counted once) equal
+    the run that keeps them, and autograd saves less."""
+    torch.manual_seed(0)
+    again = RefinedViT(arch=dict(TINY[RefinedViT], expand_ratio=6), window_size=None).train()
+    keep = RefinedViT(arch=dict(TINY[RefinedViT], expand_ratio=6), window_size=None,
+                      recompute_maps=False).train()
+    keep.load_state_dict(again.state_dict())
+    assert not any(m.recompute for m in keep.modules() if isinstance(m, RefinerMap))
+    refiners = [m for m in again.modules() if isinstance(m, RefinerMap)]
+    assert refiners and all(m.recompute for m in refiners)
+    x = torch.randn(2, 3, 64, 64)
+    saved_keep, out_keep = _saved_bytes(keep, x)
+    saved_again, out_again = _saved_bytes(again, x)
+    for a, b in zip(out_keep, out_again):
+        torch.testing.assert_close(a, b)
+    sum(o.square().sum() for o in out_keep).backward()
+    sum(o.square().sum() for o in out_again).backward()
+    grads = {n: p.grad for n, p in again.named_parameters() if p.grad is not None}
+    assert any('refine' in n for n in grads)
+    for name, p in keep.named_parameters():
+        torch.testing.assert_close(grads.get(name), p.grad, msg=name)
+    for (name, a), b in zip(keep.named_buffers(), again.buffers()):
+        torch.testing.assert_close(b, a, msg=name)  # running stats and num_batches_tracked: once
+    assert saved_again < saved_keep, (saved_again, saved_keep)

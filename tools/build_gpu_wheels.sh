@@ -22,7 +22,8 @@ Options:
                   (default: $MMVIT_GPU_BUILD_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/gpu_build)
   --rebuild       compile mmcv again even if the cached wheel for this key exists
   --rehearse      after building, install the set into a fresh venv simulating the GPU image
-                  (torch, torchvision, numpy 2, timm from PyPI) with --no-index and check it
+                  (numpy 2 and the "image" entries of tools/gpu_wheels.txt from PyPI: torch,
+                  torchvision, timm, opencv, scipy, matplotlib, ...) with --no-index and check it
   --rehearse-only rehearse the set already in --out, build nothing
   --print-plan    print the settings and the mmcv cache key, then exit (no download, no build)
   -h, --help      this help
@@ -235,8 +236,8 @@ build() {
 rehearse() {  # a fresh venv like the GPU image; install the set offline; imports; gpu_check --device cpu
     local py="$SIM_VENV/bin/python" set fail=0 logs="$CACHE/rehearse"
     rm -rf "$logs" && mkdir -p "$logs"
-    make_venv "$SIM_VENV" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" "numpy>=2,<3" \
-        "timm==$(pin timm)"
+    # shellcheck disable=SC2046
+    make_venv "$SIM_VENV" "numpy>=2,<3" $(awk '!/^#/ && $2 == "image" {print $1}' "$LIST")
     log "rehearse: fresh install of the set into $SIM_VENV (--no-index --no-deps)"
     "$SIM_VENV/bin/pip" uninstall -q -y $(cat "$OUT/requirements.txt" | sed 's/==.*//') 2>/dev/null || true
     for set in $SETS; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check in one call (<= 6 min on an H100): installs what is missing from carried wheels,
 # then runs each step in its own process (a failure or an OOM costs only its own row) and writes
-# one markdown table (--out) plus one tarball of every log beside it.
+# one markdown table (--out, rewritten after every row, so a run killed at a time limit keeps the
+# rows it finished) plus one tarball of every log beside it.
 #
 # Steps, in this order (most value per second first, the OOM-prone last):
 #   probe      mmcv's nms / RoIAlign / mask-target crop run on the device (tools/analysis/ops_probe.py)
@@ -90,6 +91,7 @@ row() {  # row NAME COMMAND...: run in its own process, log, add a row with its 
     local name="$1"; shift
     local log="$LOGS/$(echo "$name" | tr ' /:' '___').log" start=$SECONDS rc summary
     echo "[gpu_check] $name: $*"
+    write_table "running: $name (the rows above are done; a table that ends here was cut short)"
     "$@" > "$log" 2>&1
     rc=$?
     summary="$(grep -E '^(PROBE|CONTRACT|SUMMARY|GOAL|TRAIN)' "$log" | tail -n 3 | tr '\n' ' ' | sed 's/|/\\|/g')"
@@ -99,6 +101,20 @@ row() {  # row NAME COMMAND...: run in its own process, log, add a row with its 
         summary="FAILED (exit $rc, $(basename "$log")): $(tail -n 1 "$log" | cut -c1-300 | sed 's/|/\\|/g') $summary"
     fi
     ROWS+=("| $name | $([[ $rc -eq 0 ]] && echo ok || echo FAILED) | $summary | $((SECONDS - start)) |")
+    write_table "running: the next step (the rows above are done)"
+}
+
+write_table() {  # write_table STATUS: the table so far, written after every row (a killed run keeps it)
+    {
+        echo "# gpu_check ($DEVICE): $(date -u '+%Y-%m-%d %H:%M UTC'), $DESC, steps $STEPS, $((SECONDS - START)) s"
+        echo
+        echo "| step | result | summary | seconds |"
+        echo "|---|---|---|---|"
+        printf '%s\n' "${ROWS[@]}"
+        echo
+        echo "$1"
+        [[ -f "$LOGS/ladder.md" ]] && { echo; cat "$LOGS/ladder.md"; }
+    } > "$OUT"
 }
 
 DATA="$LOGS/demo_shapes"
@@ -190,21 +206,15 @@ step_ladder() {
 }
 
 START=$SECONDS
+DESC="$DEVICE"
 if [[ $CUDA_DEV == 1 && $INSTALL == 1 ]]; then
     row "install" install_stack
 fi
 CFG_EXTRA=()
+DESC="$("$PYTHON" -c "import torch; print(torch.cuda.get_device_name() if '$DEVICE' == 'cuda' else 'cpu', '| torch', torch.__version__)" 2>&1 | tail -n 1)"
 for s in ${STEPS//,/ }; do "step_${s//-/_}"; done
 
-DESC="$("$PYTHON" -c "import torch; print(torch.cuda.get_device_name() if '$DEVICE' == 'cuda' else 'cpu', '| torch', torch.__version__)" 2>&1)"
-{
-    echo "# gpu_check ($DEVICE): $(date -u '+%Y-%m-%d %H:%M UTC'), $DESC, steps $STEPS, $((SECONDS - START)) s"
-    echo
-    echo "| step | result | summary | seconds |"
-    echo "|---|---|---|---|"
-    printf '%s\n' "${ROWS[@]}"
-    [[ -f "$LOGS/ladder.md" ]] && { echo; cat "$LOGS/ladder.md"; }
-} > "$OUT"
+write_table "all steps done: $([[ $FAILED -eq 0 ]] && echo 'every row ok' || echo 'some rows FAILED')"
 cp "$OUT" "$LOGS/"
 tar -czf "${OUT%.md}_logs.tar.gz" -C "$OUT_DIR" --exclude='demo_shapes' --exclude='*.pth' logs
 cat "$OUT"

@@ -17,6 +17,7 @@ from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.io import is_url, resolve_checkpoint
 from mmvit_ext.engine import add_run_hooks, init_cpu_distributed
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
+from mmvit_ext.utils.env_check import require_working_environment
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,6 +39,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    require_working_environment()  # known package combinations that break the peers' imports
     if is_url(args.checkpoint):  # into the torch hub cache (as mmengine does), read from there
         try:
             args.checkpoint = str(resolve_checkpoint(args.checkpoint))

@@ -18,6 +18,7 @@ import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint cont
 from mmvit_ext.engine import (AtomicSaveRunner, add_run_hooks, amp_on_cpu, init_cpu_distributed,
                               prepare_cuda_determinism, prepare_strategy)
 from mmvit_ext.utils import retain_freed_memory
+from mmvit_ext.utils.env_check import require_working_environment
 from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
 
@@ -69,6 +70,7 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def main() -> None:
     args = parse_args()
+    require_working_environment()  # known package combinations that break the peers' imports
     if args.retain_heap:
         setting = retain_freed_memory()
         print(f'[heap] --retain-heap {"took effect" if setting else "had no effect"}: '

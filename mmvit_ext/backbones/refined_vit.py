@@ -88,6 +88,9 @@ class RefinedViT(PlainViTBase):
         arch: ``s m l`` (dim 384/420/512, depth 16/32/32, heads 12/12/16, MLP 3) or a dict with
             ``embed_dims``, ``depth``, ``num_heads`` and optional ``mlp_ratio``, ``expand_ratio``,
             ``kernel_size``, ``conv_stem``, ``scale_adjustment``, ``mlp_layer_scale``.
+        recompute_maps: in training, recompute the Refiner's expanded maps in backward instead
+            of keeping them (:class:`~mmvit_ext.layers.RefinerMap` ``recompute``); equal
+            outputs and gradients, a fraction of the activation memory.
     """
 
     family = 'refiner'
@@ -110,8 +113,12 @@ class RefinedViT(PlainViTBase):
     official_code = ('models.refined_transformer',
                      {'s': 'Refiner_ViT_S', 'm': 'Refiner_ViT_M', 'l': 'Refiner_ViT_L'})
 
-    def __init__(self, arch: Union[str, dict, None] = None, **kwargs: Any) -> None:
+    def __init__(self, arch: Union[str, dict, None] = None, recompute_maps: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(arch, **kwargs)
+        for module in self.modules():
+            if isinstance(module, RefinerMap):
+                module.recompute = recompute_maps
         for i in range(1, self.depth, 2):  # shared blocks reuse block i-1's map
             if (i in self.global_blocks) != (i - 1 in self.global_blocks):
                 raise ValueError(f'RefinedViT: block {i} reuses the attention map of block {i - 1}, '

@@ -30,7 +30,11 @@ class DetectorTrainStep(nn.Module):
             packed = demo_mm_inputs(batch, [[3, height, width]] * batch,
                                     num_items=[self.num_items] * batch,
                                     num_classes=self.num_classes, with_mask=True)
-            data = self.detector.data_preprocessor(packed, True)
+            preprocessor = self.detector.data_preprocessor
+            # mmengine's preprocessor casts its input to the device its own ``to()`` recorded,
+            # which a parent module's ``to()`` does not update
+            preprocessor.to(x.device)
+            data = preprocessor(packed, True)
             self._data = dict(inputs=data['inputs'].to(x.device),
                               data_samples=[s.to(x.device) for s in data['data_samples']])
             self._key = key

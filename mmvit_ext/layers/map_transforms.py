@@ -9,10 +9,14 @@
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
+from typing import List, Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from .. import torch_compat
 from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform, fold_leading
 
 
@@ -80,12 +84,18 @@ class RefinerMap(MapTransform):
         expand_ratio: r; the expanded map count is ``round(r * H)`` (r = 1 skips the expansion).
         kernel_size: k of the depthwise convolution over every N x M map ("same" padding).
         scale: output gain (the official shared-map blocks use head_dim ** -0.5).
+        recompute: in training with gradients, keep only the H input maps for backward and
+            recompute the r*H expanded ones there (``torch.utils.checkpoint``, non-reentrant):
+            the expanded maps are what made Refined-ViT's training memory several times
+            DeepViT's. The recomputation normalises with the batch statistics, as the forward
+            did, without counting the batch in the running statistics a second time; hooks on
+            the inner convolutions and BatchNorms fire again during backward.
     """
 
     stage = POST_SOFTMAX
 
     def __init__(self, num_heads: int, expand_ratio: float = 3, kernel_size: int = 3,
-                 scale: float = 1.0) -> None:
+                 scale: float = 1.0, recompute: bool = True) -> None:
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'RefinerMap: kernel_size must be a positive odd int, got {kernel_size}')
@@ -101,12 +111,35 @@ class RefinerMap(MapTransform):
         self.bn3 = nn.BatchNorm2d(num_heads)
         self.adapt_bn = nn.BatchNorm2d(num_heads)
         self.scale = scale
+        self.recompute = recompute
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
+        if (self.recompute and self.training and torch.is_grad_enabled()
+                and not torch_compat.is_compiling()):
+            out = checkpoint(self.refine, maps, [], use_reentrant=False)
+        else:
+            out = self.refine(maps)
+        return out.reshape(attn.shape)
+
+    def refine(self, maps: torch.Tensor, calls: Optional[List[None]] = None) -> torch.Tensor:
+        """The Refiner on folded maps (B, H, N, M). ``calls`` counts the calls of one checkpointed
+        forward: a second call is the recomputation for backward."""
+        again = calls is not None and len(calls) > 0
+        if calls is not None:
+            calls.append(None)
+
+        def norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+            if again and bn.training and bn.track_running_stats:
+                # the forward's op on copies of the running statistics: the same batch
+                # statistics and saved tensors, the module's statistics left as they are
+                return F.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(),
+                                    bn.weight, bn.bias, True, 0.0, bn.eps)
+            return bn(x)
+
         x = maps
         if self.expand:
-            x = F.relu6(self.bn1(self.conv_exp(x)))
-        x = F.relu6(self.bn2(self.depth_sep_conv(x)))
-        x = self.bn3(self.conv_pro(x)) + maps
-        return (self.adapt_bn(x) * self.scale).reshape(attn.shape)
+            x = F.relu6(norm(self.bn1, self.conv_exp(x)))
+        x = F.relu6(norm(self.bn2, self.depth_sep_conv(x)))
+        x = norm(self.bn3, self.conv_pro(x)) + maps
+        return norm(self.adapt_bn, x) * self.scale
