@@ -49,8 +49,9 @@ _extras = {
     **_peers,
     # ONNX export (mmvit_ext.deploy, tools/deployment); needs torch >= 2.6 besides
     'deploy': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3'],
-    # the test suite: reference implementations and layouts it compares against
-    'tests': ['pytest', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
+    # the test suite: reference implementations and layouts it compares against; transformers
+    # from 4.56 breaks mmpretrain 1.2.0's import beside pycocotools (mmvit_ext.utils.env_check)
+    'tests': ['pytest', 'timm>=1.0', 'transformers>=4.40,<4.56', 'safetensors', 'matplotlib',
               'pycocotools'],
 }
 _extras['all'] = sorted({req for reqs in _extras.values() for req in reqs})

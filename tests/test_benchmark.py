@@ -53,3 +53,25 @@ def test_benchmark_tool_prints_ratio_summary():
     for key in ('fwd_speedup_vs_mmdet', 'fwdbwd_speedup_vs_timm', 'fwdbwd_mem_vs_mmdet',
                 'fwdbwd_peak_frac'):
         assert re.search(rf'{key}=\d+\.\d\d', summary), key
+
+
+def test_live_peak_counts_what_a_step_holds():
+    """On the meta device: a forward holds its output (exact bytes); backward adds gradients;
+    the Refiner recomputing its expanded maps holds far less than keeping them (tool, --device
+    meta, ratios against DeepViT)."""
+    from torch import nn
+
+    from mmvit_ext.benchmark.live_memory import live_peak_bytes
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 8)).to('meta')
+    x = torch.randn(16, 256, device='meta')
+    assert live_peak_bytes(model, x, backward=False) == 16 * 512 * 4 * 2  # two live activations
+    assert live_peak_bytes(model, x.requires_grad_()) > live_peak_bytes(model, x, backward=False)
+    summaries = []
+    for setting in ('recompute_maps=True', 'recompute_maps=False'):
+        result = tool_process('tools/analysis/benchmark.py', 'refiner:s', '--against', 'deepvit:s',
+                              '--device', 'meta', '--batch', '1', '--size', '256', '320',
+                              '--modes', 'fwdbwd', '--set', setting, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        summaries.append(result.stdout.strip().splitlines()[-1])
+    ratio = [float(re.search(r'fwdbwd_live_vs_deepvit:s=(\d+\.\d\d)', s).group(1)) for s in summaries]
+    assert ratio[0] < 0.6 * ratio[1], summaries

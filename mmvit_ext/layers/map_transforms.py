@@ -85,11 +85,14 @@ class RefinerMap(MapTransform):
         kernel_size: k of the depthwise convolution over every N x M map ("same" padding).
         scale: output gain (the official shared-map blocks use head_dim ** -0.5).
         recompute: in training with gradients, keep only the H input maps for backward and
-            recompute the r*H expanded ones there (``torch.utils.checkpoint``, non-reentrant):
-            the expanded maps are what made Refined-ViT's training memory several times
-            DeepViT's. The recomputation normalises with the batch statistics, as the forward
-            did, without counting the batch in the running statistics a second time; hooks on
-            the inner convolutions and BatchNorms fire again during backward.
+            recompute the r*H expanded ones there, H at a time (``torch.utils.checkpoint``,
+            non-reentrant, one group of expanded channels per checkpoint): the expanded maps
+            are what made Refined-ViT's training memory several times DeepViT's. Every
+            expanded channel has its own BatchNorm statistics, so the groups are exact; a
+            recomputation normalises with the batch statistics, as the forward did, without
+            counting the batch in the running statistics again. This path calls the inner
+            layers' weights functionally: hooks on them fire only without it (inference,
+            ``recompute=False``).
     """
 
     stage = POST_SOFTMAX
@@ -117,29 +120,81 @@ class RefinerMap(MapTransform):
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
         if (self.recompute and self.training and torch.is_grad_enabled()
                 and not torch_compat.is_compiling()):
-            out = checkpoint(self.refine, maps, [], use_reentrant=False)
+            out = self._refine_recomputed(maps)
         else:
-            out = self.refine(maps)
+            out = self._refine(maps)
         return out.reshape(attn.shape)
 
-    def refine(self, maps: torch.Tensor, calls: Optional[List[None]] = None) -> torch.Tensor:
-        """The Refiner on folded maps (B, H, N, M). ``calls`` counts the calls of one checkpointed
-        forward: a second call is the recomputation for backward."""
-        again = calls is not None and len(calls) > 0
-        if calls is not None:
-            calls.append(None)
-
-        def norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
-            if again and bn.training and bn.track_running_stats:
-                # the forward's op on copies of the running statistics: the same batch
-                # statistics and saved tensors, the module's statistics left as they are
-                return F.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(),
-                                    bn.weight, bn.bias, True, 0.0, bn.eps)
-            return bn(x)
-
+    def _refine(self, maps: torch.Tensor) -> torch.Tensor:
+        """The Refiner through its modules, on folded maps (B, H, N, M)."""
         x = maps
+        # ReLU6 in place: BatchNorm's backward needs its input, not its output
         if self.expand:
-            x = F.relu6(norm(self.bn1, self.conv_exp(x)))
-        x = F.relu6(norm(self.bn2, self.depth_sep_conv(x)))
-        x = norm(self.bn3, self.conv_pro(x)) + maps
-        return norm(self.adapt_bn, x) * self.scale
+            x = F.relu6(self.bn1(self.conv_exp(x)), inplace=True)
+        x = F.relu6(self.bn2(self.depth_sep_conv(x)), inplace=True)
+        x = self.bn3(self.conv_pro(x)) + maps
+        return self.adapt_bn(x) * self.scale
+
+    def _refine_recomputed(self, maps: torch.Tensor) -> torch.Tensor:
+        """:meth:`_refine` with the expanded maps made H channels at a time, each group
+        checkpointed on its own, so backward holds one group's maps, not all r*H."""
+        for bn in (self.bn1, self.bn2) if self.expand else (self.bn2,):
+            if bn.training and bn.track_running_stats:  # the batch counted once, not per group
+                bn.num_batches_tracked.add_(1)
+        hidden, step = self.depth_sep_conv.out_channels, self.conv_pro.out_channels
+        reduced = None
+        for start in range(0, hidden, step):
+            part = checkpoint(self._expanded_group, maps, start, min(start + step, hidden), [],
+                              use_reentrant=False)
+            reduced = part if reduced is None else reduced + part
+        return checkpoint(self._residual_tail, maps, reduced, [], use_reentrant=False)
+
+    def _expanded_group(self, maps: torch.Tensor, start: int, stop: int, calls: List[None]
+                        ) -> torch.Tensor:
+        """Expanded channels [start, stop): expansion, local conv, their share of the
+        reduction. ``calls`` counts the calls of one checkpoint (a second one recomputes)."""
+        again = _count_call(calls)
+        group = slice(start, stop)
+        if self.expand:
+            x = F.conv2d(maps, self.conv_exp.weight[group])
+            x = F.relu6(_group_batch_norm(self.bn1, x, group, again), inplace=True)
+        else:
+            x = maps[:, group]
+        x = F.conv2d(x, self.depth_sep_conv.weight[group], padding=self.depth_sep_conv.padding,
+                     groups=stop - start)
+        x = F.relu6(_group_batch_norm(self.bn2, x, group, again), inplace=True)
+        return F.conv2d(x, self.conv_pro.weight[:, group])
+
+    def _residual_tail(self, maps: torch.Tensor, reduced: torch.Tensor, calls: List[None]
+                       ) -> torch.Tensor:
+        again = _count_call(calls)
+        every = slice(None)
+        x = _group_batch_norm(self.bn3, reduced, every, again, module=not again) + maps
+        return _group_batch_norm(self.adapt_bn, x, every, again, module=not again) * self.scale
+
+
+def _count_call(calls: List[None]) -> bool:
+    """Record one call of a checkpointed function; True from its second call (the recompute)."""
+    calls.append(None)
+    return len(calls) > 1
+
+
+def _group_batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor, group: slice, again: bool,
+                      module: bool = False) -> torch.Tensor:
+    """``bn`` on channels ``group`` of its features, ``x`` holding just those. ``module`` calls
+    the module itself (all channels, first call). A recomputation (``again``) updates copies of
+    the running statistics: the same batch statistics and saved tensors, the module's left as
+    they are. A batch is counted in ``num_batches_tracked`` by the caller, once."""
+    if module:
+        return bn(x)
+    weight = bn.weight[group] if bn.weight is not None else None
+    bias = bn.bias[group] if bn.bias is not None else None
+    if bn.running_mean is None:  # track_running_stats=False: batch statistics always
+        return F.batch_norm(x, None, None, weight, bias, True, 0.0, bn.eps)
+    mean, var = bn.running_mean[group], bn.running_var[group]
+    if not bn.training:
+        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, bn.eps)
+    if again:
+        mean, var = mean.clone(), var.clone()
+    momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+    return F.batch_norm(x, mean, var, weight, bias, True, momentum, bn.eps)

@@ -12,6 +12,7 @@ Example:
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
     python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --eval --scaling
     python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --modes fwd --eval
+    python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --device meta
     python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
     python tools/analysis/benchmark.py pvtv2:b2_li --modes fwdbwd --scaling --retain-heap
 """
@@ -27,6 +28,7 @@ from torch import nn
 import mmvit_ext  # noqa: F401
 from mmvit_ext.benchmark import (build_peers, check_peers, count_flops, matmul_peak,
                                  peer_families)
+from mmvit_ext.benchmark.live_memory import live_peak_bytes
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
 from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.backbones import preset_config
@@ -40,7 +42,8 @@ def parse_args() -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('backbone', nargs='?', help='FAMILY:ARCH, e.g. swin:tiny, pvtv2:b2_li')
     parser.add_argument('--config', help='benchmark a whole model (a training step) instead')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
+                        help="cpu, cuda, or meta: count the peak of live tensors (no timing)")
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='fp32')
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--size', type=int, nargs=2, default=(512, 512), metavar=('H', 'W'))
@@ -121,8 +124,28 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
     return models
 
 
+def count_live_memory(args: argparse.Namespace, models: Dict[str, nn.Module]) -> None:
+    """--device meta: the peak of live tensors per model and mode, no timing."""
+    x = torch.randn(args.batch, 3, *args.size, device='meta')
+    print(f'device meta (live tensors counted, no machine memory), fp32, batch {args.batch}, '
+          f'{args.size[0]}x{args.size[1]}\n\n| model | mode | live peak GiB |\n|---|---|---|')
+    peaks = {}
+    for name, model in models.items():
+        model.to('meta').train(not args.eval)
+        for mode in args.modes:
+            peaks[name, mode] = live_peak_bytes(model, x, backward=mode == 'fwdbwd') / 2 ** 30
+            print(f'| {name} | {mode} | {peaks[name, mode]:.2f} |')
+    spec = args.backbone or args.config
+    ratios = [f'{mode}_live_vs_{name}={peaks["ours", mode] / peaks[name, mode]:.2f}'
+              for name in models if name != 'ours' for mode in args.modes]
+    print(f'SUMMARY {spec} meta b{args.batch} {args.size[0]}x{args.size[1]} ' + ' '.join(
+        [f'{mode}_live_gib={peaks["ours", mode]:.2f}' for mode in args.modes] + ratios))
+
+
 def main() -> None:
     args = parse_args()
+    if args.device == 'meta':
+        return count_live_memory(args, build_models(args))
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
     heap = 'default heap'
