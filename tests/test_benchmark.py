@@ -75,3 +75,19 @@ def test_live_peak_counts_what_a_step_holds():
         summaries.append(result.stdout.strip().splitlines()[-1])
     ratio = [float(re.search(r'fwdbwd_live_vs_deepvit:s=(\d+\.\d\d)', s).group(1)) for s in summaries]
     assert ratio[0] < 0.6 * ratio[1], summaries
+
+
+def test_compare_revisions_alternates_variants_and_prints_ratios():
+    """Two variants of this checkout (one with extra benchmark arguments), one round: a row per
+    model and mode with each variant's median and the ratio to the first."""
+    result = tool_process('tools/analysis/compare_revisions.py', 'a=.', 'b=.+--eval',
+                          '--rounds', '1', '--', 'pvtv2:b0', '--batch', '1', '--size', '64', '64',
+                          '--warmup', '0', '--repeat', '1', '--peak-size', '64', timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith('| ours |')]
+    assert [row.split(' | ')[1] for row in rows] == ['fwd', 'fwdbwd']
+    for row in rows:
+        assert re.fullmatch(r'\| ours \| fwd(bwd)? \| \d+\.\d{3} \| \d+\.\d{3} \| \d+\.\d\dx \|', row), row
+    refused = tool_process('tools/analysis/benchmark.py', 'pvtv2:b0', '--compile', '--warmup', '0',
+                           timeout=300)
+    assert refused.returncode != 0 and '--warmup >= 1' in refused.stderr

@@ -65,6 +65,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--peak-size', type=int, default=2048,
                         help='side of the square matmul that measures the peak FLOP/s (CPU '
                              'bf16 matmuls without oneDNN take minutes at 2048)')
+    parser.add_argument('--compile', action='store_true',
+                        help='time torch.compile(model) (default inductor backend; compiled '
+                             'during the warm-up runs, so give --warmup >= 1)')
     parser.add_argument('--retain-heap', action='store_true',
                         help='CPU: keep freed memory in the process for reuse (glibc; every '
                              'model in the run alike), see mmvit_ext.utils.heap')
@@ -156,9 +159,16 @@ def main() -> None:
     models = build_models(args)
     for model in models.values():  # mmdet's backbones return None from train()
         model.to(device).train(not args.eval)
+    if args.compile:
+        if args.warmup < 1:
+            sys.exit('error: --compile compiles during the warm-up runs: give --warmup >= 1')
+        eager = models['ours']  # FLOPs are counted on the eager module
+        models = {name: torch.compile(model) for name, model in models.items()}
+    else:
+        eager = models['ours']
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
-    flops = {m: count_flops(models['ours'], x, m) for m in modes} if args.backbone else {}
+    flops = {m: count_flops(eager, x, m) for m in modes} if args.backbone else {}
     peak = matmul_peak(device, dtype, size=args.peak_size)
     print(f'device {device}, {args.dtype}, batch {args.batch}, {args.size[0]}x{args.size[1]}; '
           f'matmul peak {peak / 1e9:.0f} GFLOP/s; {heap}')
