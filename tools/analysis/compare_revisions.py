@@ -1,6 +1,7 @@
 """Time the same benchmark at several revisions of this repository in one run, alternated.
 
-Each variant is ``LABEL=REV`` or ``LABEL=REV+ARGS`` (REV ``.``: this checkout as it is) (extra benchmark arguments for that variant,
+Each variant is ``LABEL=REV`` or ``LABEL=REV+ARGS`` (REV ``.``: this checkout as it is;
+``last-with:PATH``: the last revision that holds PATH) (extra benchmark arguments for that variant,
 e.g. ``compiled=HEAD+--compile``). Every revision gets a detached git worktree (reused between
 runs); the variants' benchmark processes run in turn, ``--rounds`` times (A B C A B C ...), so a
 drifting machine or a busy neighbour affects each alike. Each round's per-model medians are
@@ -8,7 +9,7 @@ read from benchmark.py's table; the table printed holds the median over rounds, 
 variant's time as a ratio to the first variant's.
 
 Example (the 0.2.0 CPU kernels against the plain code, and the plain code compiled):
-    python tools/analysis/compare_revisions.py kernels=1a97f81 plain=. compiled=.+--compile \\
+    python tools/analysis/compare_revisions.py kernels=last-with:mmvit_ext/ops plain=. compiled=.+--compile \\
         --rounds 2 -- swin:tiny --against pvtv2:b2 --batch 1 --warmup 1 --repeat 3
 """
 import argparse
@@ -41,13 +42,25 @@ def parse_args() -> Tuple[argparse.Namespace, List[str]]:
     return args, bench
 
 
+def git(*args: str) -> str:
+    return subprocess.run(['git', *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def worktree(rev: str, base: Path) -> Path:
     """A detached worktree at ``rev`` (resolved to its commit), made once; ``.`` is this
     checkout as it is, uncommitted changes included."""
     if rev == '.':
         return ROOT
-    commit = subprocess.run(['git', 'rev-parse', '--verify', f'{rev}^{{commit}}'], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.strip()
+    if rev.startswith('last-with:'):  # the last revision holding PATH (before its removal)
+        path = rev.split(':', 1)[1]
+        last = git('log', '-1', '--format=%H', '--', path)
+        if not last:
+            sys.exit(f'error: no revision holds {path}')
+        has = subprocess.run(['git', 'cat-file', '-e', f'{last}:{path}'], cwd=ROOT,
+                             capture_output=True).returncode == 0
+        rev = last if has else f'{last}^'
+    commit = git('rev-parse', '--verify', f'{rev}^{{commit}}')
     path = base / commit[:12]
     if not (path / 'tools' / 'analysis' / 'benchmark.py').exists():
         base.mkdir(parents=True, exist_ok=True)
