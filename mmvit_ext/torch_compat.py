@@ -29,13 +29,21 @@ class TorchVersionError(RuntimeError):
     """A feature asked of a torch older than the one it needs."""
 
 
+def parse_release(text: str) -> Tuple[int, ...]:
+    """The leading numeric release of a version string (``'4.56.0.dev0'`` -> ``(4, 56, 0)``)."""
+    match = re.match(r'\d+(\.\d+)*', text.strip())
+    if match is None:
+        raise ValueError(f'not a version: {text!r}')
+    return tuple(int(part) for part in match.group(0).split('.'))
+
+
 def torch_version(version: Optional[str] = None) -> Tuple[int, int]:
     """(major, minor) of ``version`` (e.g. ``'2.1.2+cu121'``), default the installed torch."""
     text = torch.__version__ if version is None else str(version)
-    match = re.match(r'(\d+)\.(\d+)', text)
-    if match is None:
+    release = parse_release(text) if re.match(r'\d', text.strip()) else ()
+    if len(release) < 2:
         raise ValueError(f'not a torch version: {text!r}')
-    return int(match.group(1)), int(match.group(2))
+    return release[0], release[1]
 
 
 def torch_at_least(minimum: Tuple[int, int], version: Optional[str] = None) -> bool:
@@ -101,6 +109,6 @@ is_compiling = _pick_is_compiling()
 is_exporting = _pick_is_exporting()
 statically_known_true = _pick_statically_known_true()
 
-__all__ = ['TORCH_FLOOR', 'NEEDS', 'TorchVersionError', 'torch_version', 'torch_at_least',
-           'supports', 'unsupported_message', 'require', 'warn_once', 'is_compiling',
-           'is_exporting', 'statically_known_true']
+__all__ = ['TORCH_FLOOR', 'NEEDS', 'TorchVersionError', 'parse_release', 'torch_version',
+           'torch_at_least', 'supports', 'unsupported_message', 'require', 'warn_once',
+           'is_compiling', 'is_exporting', 'statically_known_true']

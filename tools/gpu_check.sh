@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one call (<= 6 min on an H100): installs what is missing from carried wheels,
 # then runs each step in its own process (a failure or an OOM costs only its own row) and writes
-# one markdown table (--out, rewritten after every row, so a run killed at a time limit keeps the
+# one markdown table (--out, rewritten before every row, so a run killed at a time limit keeps the
 # rows it finished) plus one tarball of every log beside it.
 #
 # Steps, in this order (most value per second first, the OOM-prone last):
@@ -101,10 +101,9 @@ row() {  # row NAME COMMAND...: run in its own process, log, add a row with its 
         summary="FAILED (exit $rc, $(basename "$log")): $(tail -n 1 "$log" | cut -c1-300 | sed 's/|/\\|/g') $summary"
     fi
     ROWS+=("| $name | $([[ $rc -eq 0 ]] && echo ok || echo FAILED) | $summary | $((SECONDS - start)) |")
-    write_table "running: the next step (the rows above are done)"
 }
 
-write_table() {  # write_table STATUS: the table so far, written after every row (a killed run keeps it)
+write_table() {  # write_table STATUS: the table so far, written before every row and at the end
     {
         echo "# gpu_check ($DEVICE): $(date -u '+%Y-%m-%d %H:%M UTC'), $DESC, steps $STEPS, $((SECONDS - START)) s"
         echo

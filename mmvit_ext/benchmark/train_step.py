@@ -31,12 +31,10 @@ class DetectorTrainStep(nn.Module):
                                     num_items=[self.num_items] * batch,
                                     num_classes=self.num_classes, with_mask=True)
             preprocessor = self.detector.data_preprocessor
-            # mmengine's preprocessor casts its input to the device its own ``to()`` recorded,
-            # which a parent module's ``to()`` does not update
+            # mmengine's preprocessor casts images and samples to the device its own ``to()``
+            # recorded, which a parent module's ``to()`` does not update
             preprocessor.to(x.device)
-            data = preprocessor(packed, True)
-            self._data = dict(inputs=data['inputs'].to(x.device),
-                              data_samples=[s.to(x.device) for s in data['data_samples']])
+            self._data = preprocessor(packed, True)
             self._key = key
         return self._data
 

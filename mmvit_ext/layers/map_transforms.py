@@ -167,10 +167,11 @@ class RefinerMap(MapTransform):
 
     def _residual_tail(self, maps: torch.Tensor, reduced: torch.Tensor, calls: List[None]
                        ) -> torch.Tensor:
+        def norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+            return _group_batch_norm(bn, x, slice(None), again=True) if again else bn(x)
+
         again = _count_call(calls)
-        every = slice(None)
-        x = _group_batch_norm(self.bn3, reduced, every, again, module=not again) + maps
-        return _group_batch_norm(self.adapt_bn, x, every, again, module=not again) * self.scale
+        return norm(self.adapt_bn, norm(self.bn3, reduced) + maps) * self.scale
 
 
 def _count_call(calls: List[None]) -> bool:
@@ -179,14 +180,12 @@ def _count_call(calls: List[None]) -> bool:
     return len(calls) > 1
 
 
-def _group_batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor, group: slice, again: bool,
-                      module: bool = False) -> torch.Tensor:
-    """``bn`` on channels ``group`` of its features, ``x`` holding just those. ``module`` calls
-    the module itself (all channels, first call). A recomputation (``again``) updates copies of
-    the running statistics: the same batch statistics and saved tensors, the module's left as
-    they are. A batch is counted in ``num_batches_tracked`` by the caller, once."""
-    if module:
-        return bn(x)
+def _group_batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor, group: slice, again: bool
+                      ) -> torch.Tensor:
+    """``bn`` on channels ``group`` of its features, ``x`` holding just those. A recomputation
+    (``again``) updates copies of the running statistics: the same batch statistics and saved
+    tensors, the module's left as they are. A batch is counted in ``num_batches_tracked`` by the
+    caller, once."""
     weight = bn.weight[group] if bn.weight is not None else None
     bias = bn.bias[group] if bn.bias is not None else None
     if bn.running_mean is None:  # track_running_stats=False: batch statistics always

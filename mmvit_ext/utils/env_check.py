@@ -4,21 +4,14 @@ Each :class:`KnownBreak` is data: which installed versions break, why and the fi
 mmvit_ext`` warns once per break found (package metadata only, nothing imported);
 ``tools/train.py`` and ``tools/test.py`` stop with the same line before building anything.
 """
-import re
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Callable, List, Optional, Tuple
 
+from ..torch_compat import parse_release as parse_version
+
 Version = Tuple[int, ...]
-
-
-def parse_version(text: str) -> Version:
-    """The leading numeric release of ``text`` ('4.56.0.dev0' -> (4, 56, 0))."""
-    match = re.match(r'\d+(\.\d+)*', text.strip())
-    if match is None:
-        raise ValueError(f'not a version: {text!r}')
-    return tuple(int(p) for p in match.group(0).split('.'))
 
 
 def installed_version(name: str) -> Optional[str]:

@@ -159,13 +159,11 @@ def main() -> None:
     models = build_models(args)
     for model in models.values():  # mmdet's backbones return None from train()
         model.to(device).train(not args.eval)
+    eager = models['ours']  # FLOPs are counted on the eager module
     if args.compile:
         if args.warmup < 1:
             sys.exit('error: --compile compiles during the warm-up runs: give --warmup >= 1')
-        eager = models['ours']  # FLOPs are counted on the eager module
         models = {name: torch.compile(model) for name, model in models.items()}
-    else:
-        eager = models['ours']
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(eager, x, m) for m in modes} if args.backbone else {}
