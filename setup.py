@@ -1,6 +1,7 @@
 """mmvit_ext: vision-transformer backbones for dense prediction in the OpenMMLab ecosystem.
 
-Tested stack (requirements/dev.txt): Python 3.11, torch 2.11, torchvision 0.26, mmcv 2.1.0 built
+Tested stacks: requirements/oldest.txt (Python 3.9, torch 2.1.2, mmcv 2.1.0) and
+requirements/dev.txt (Python 3.11, torch 2.11, torchvision 0.26, mmcv 2.1.0 built
 from source, mmengine 0.10.7, mmdet 3.3.0, mmsegmentation 1.2.2, mmpretrain 1.2.0, numpy < 2.
 The ranges below are what the code needs (docs/install.md); none of them has an upper bound on
 torch or a pin on mmcv, so installing into an existing environment never upgrades torch or
@@ -65,7 +66,7 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mmvit_ext', 'mmvit_ext.*']),
     cmdclass={'build_py': BuildPyWithConfigs},
-    python_requires='>=3.8',
+    python_requires='>=3.9',  # the oldest stack CI runs (requirements/oldest.txt)
     install_requires=[
         'torch>=2.1',            # torch_compat.NEEDS: what needs a newer one
         'mmengine>=0.10.0,<1',
@@ -79,6 +80,9 @@ setup(
     classifiers=[
         'License :: OSI Approved :: Apache Software License',
         'Programming Language :: Python :: 3',
+        'Programming Language :: Python :: 3.9',
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
         'Operating System :: OS Independent',
         'Topic :: Scientific/Engineering :: Artificial Intelligence',
     ],

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from mmvit_ext import torch_compat
 from mmvit_ext.version import __version__
@@ -111,6 +112,43 @@ print(json.dumps(dict(
                             [32, 64, 160, 256], 3, 'CocoDataset']
 
 
+def test_a_shipped_config_trains_one_step_from_the_installed_wheel(wheel, tmp_path):
+    """The demo Mask R-CNN PVTv2-b2 config, read from the installed wheel (no checkout on the
+    path), trains one iteration on demo data it writes, and saves a checkpoint."""
+    site = tmp_path / 'site'
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '--no-index', '-q',
+                    '--target', str(site), str(wheel)], check=True)
+    script = """
+import json, mmvit_ext
+from mmengine.config import Config
+from mmengine.runner import Runner
+from mmvit_ext.config_files import config_path
+from mmvit_ext.datasets import generate_demo_coco
+generate_demo_coco('data/demo_shapes', num_train=4, num_val=2)
+cfg = Config.fromfile(config_path('demo/mask_rcnn_pvtv2_b2_demo.py'))
+cfg.work_dir = 'work_dirs/one_step'
+cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1)
+cfg.train_dataloader.num_workers = 0
+cfg.default_hooks.checkpoint.interval = 1
+for key in ('val_dataloader', 'val_cfg', 'val_evaluator', 'test_dataloader', 'test_cfg',
+            'test_evaluator'):
+    cfg[key] = None
+runner = Runner.from_cfg(cfg)
+runner.train()
+loss = runner.message_hub.get_scalar('train/loss').current()
+print(json.dumps(dict(config=cfg.filename, iters=runner.iter, loss=loss,
+                      backbone=type(runner.model.backbone).__module__)))
+"""
+    env = {'PYTHONPATH': str(site), 'PATH': '/usr/bin:/bin', 'HOME': str(tmp_path)}
+    out = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found['config'].startswith(str(site / 'mmvit_ext' / '.mim' / 'configs' / 'demo'))
+    assert found['backbone'].startswith('mmvit_ext.') and found['iters'] == 1
+    assert 0 < found['loss'] < 100
+    assert (tmp_path / 'work_dirs' / 'one_step' / 'epoch_1.pth').is_file()
+
+
 def test_metadata_states_floors_without_pinning_torch_or_mmcv(metadata):
     assert metadata['Version'] == __version__
     assert metadata['License'] == 'Apache-2.0'
@@ -121,9 +159,26 @@ def test_metadata_states_floors_without_pinning_torch_or_mmcv(metadata):
     assert core['torch'] == f'torch>={floor}'  # no upper bound: pip never upgrades torch
     assert '==' not in core['mmcv'] and '<2.2.0' in core['mmcv']  # mmdet 3.3's own range
     assert '<2' in core['numpy']
-    assert metadata['Requires-Python'] == '>=3.8'
     for req in requires:  # no extra drags in a torch or an mmcv of its own
         assert not re.match(r'(torch|torchvision|mmcv)\b', req) or 'extra ==' not in req
+
+
+def test_floors_are_the_oldest_stack_ci_runs(metadata):
+    """setup.py's floors (Python, torch) are requirements/oldest.txt's, which CI tests; its numpy
+    is inside setup.py's bound."""
+    oldest = (ROOT / 'requirements' / 'oldest.txt').read_text()
+    pins = dict(re.findall(r'^([\w-]+)==(\S+)', oldest, re.M))
+    python = re.search(r'^# python: (\d+\.\d+)', oldest, re.M).group(1)
+    assert metadata['Requires-Python'] == f'>={python}'
+    assert f'Programming Language :: Python :: {python}' in metadata.get_all('Classifier')
+    assert torch_compat.torch_version(pins['torch']) == torch_compat.TORCH_FLOOR
+    requires = [Requirement(r) for r in metadata.get_all('Requires-Dist')
+                if 'extra ==' not in r]
+    for req in requires:  # every core requirement the oldest stack pins, it pins inside the range
+        if req.name in pins:
+            assert req.specifier.contains(pins[req.name]), (req, pins[req.name])
+    assert {'torch', 'numpy', 'mmengine'} <= {r.name for r in requires} & set(pins)
+    assert 'tools/test_oldest.sh' in (ROOT / '.ci' / 'run').read_text()
 
 
 def test_license_citation_and_changelog_agree_with_the_package():

@@ -15,7 +15,8 @@ usage: bash tools/setup_env.sh [--stack pinned|oldest] [--venv DIR]
                   ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/mmcv/KEY (KEY names mmcv, torch, device,
                   Python), never in pip's cache, where it would collide with the pinned build
   --venv DIR      the venv to create or refresh instead of the stack's default
-Environment: PYTHON (the interpreter for a new venv, default python3), MAX_JOBS (compile jobs,
+Environment: PYTHON (the interpreter for a new venv; default: the requirements file's
+"# python: X.Y" line, looked up as pythonX.Y on the PATH or under pyenv, else python3), MAX_JOBS (compile jobs,
 default: all cores), TORCH_CUDA_ARCH_LIST (CUDA archs, default: the device's).
 USAGE
 }
@@ -34,7 +35,17 @@ case "$stack" in
     oldest) reqs=requirements/oldest.txt; venv="${venv:-$root/.venv-oldest}" ;;
     *) echo "[setup_env] --stack must be pinned or oldest, got '$stack'" >&2; exit 2 ;;
 esac
+# the stack's Python: PYTHON, else the requirements file's "# python: X.Y" (on the PATH, or a
+# pyenv install), else python3
+want_py="$(sed -n -E 's/^# python: *([0-9]+\.[0-9]+).*/\1/p' "$reqs")"
 py="${PYTHON:-python3}"
+if [[ -z "${PYTHON:-}" && -n "$want_py" ]]; then
+    py=""
+    for candidate in "python$want_py" "$(pyenv root 2>/dev/null)/versions/$want_py"*/bin/"python$want_py"; do
+        if "$candidate" -c '' 2>/dev/null; then py="$candidate"; break; fi
+    done
+    [[ -n "$py" ]] || { echo "[setup_env] error: the $stack stack runs on Python $want_py ($reqs); no python$want_py found on the PATH or under pyenv; install it or set PYTHON" >&2; exit 1; }
+fi
 stamp="$venv/.mmvit_ext_stack"
 want="$(cat "$reqs" tools/setup_env.sh setup.py | sha256sum | cut -d' ' -f1)"
 
@@ -43,6 +54,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0
 fi
 
+# a venv of another Python is made anew
+have_py="$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+[[ -z "$have_py" || "$have_py" == "$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ]] || rm -rf "$venv"
 [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 t0=$SECONDS
