@@ -41,7 +41,8 @@ want_py="$(sed -n -E 's/^# python: *([0-9]+\.[0-9]+).*/\1/p' "$reqs")"
 py="${PYTHON:-python3}"
 if [[ -z "${PYTHON:-}" && -n "$want_py" ]]; then
     py=""
-    for candidate in "python$want_py" "$(pyenv root 2>/dev/null)/versions/$want_py"*/bin/"python$want_py"; do
+    pyenv_root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+    for candidate in "python$want_py" "$pyenv_root/versions/$want_py"*/bin/"python$want_py"; do
         if "$candidate" -c '' 2>/dev/null; then py="$candidate"; break; fi
     done
     [[ -n "$py" ]] || { echo "[setup_env] error: the $stack stack runs on Python $want_py ($reqs); no python$want_py found on the PATH or under pyenv; install it or set PYTHON" >&2; exit 1; }
