@@ -62,23 +62,27 @@ if _n:
 
 
 def _train(config, work_dir, *extra, env=None, kill_when=None, timeout=600):
-    """Run tools/train.py; with ``kill_when(log_text)`` SIGKILL it once that is true.
-    Returns (returncode, log)."""
+    """Run tools/train.py; with ``kill_when(log_text)`` SIGKILL it, with its data-loader
+    workers (its own process group), once that is true. Returns (returncode, log)."""
     cmd = [sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir), *extra]
     log_path = Path(f'{work_dir}.{time.time_ns()}.log')
     with open(log_path, 'w') as log_file:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})}, start_new_session=True)
         start = time.time()
         while proc.poll() is None:
             if kill_when is not None and kill_when(log_path.read_text()):
-                proc.send_signal(signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
                 break
             if time.time() - start > timeout:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 raise TimeoutError(log_path.read_text()[-3000:])
             time.sleep(0.05)
         proc.wait()
+        try:  # workers a crash left behind (the KILL_ON_SAVE case kills the main process only)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return proc.returncode, log_path.read_text()
 
 
