@@ -62,6 +62,24 @@ def metadata(wheel):
         return Parser().parsestr(archive.read(name).decode())
 
 
+@pytest.fixture(scope='module')
+def site(wheel, tmp_path_factory) -> Path:
+    """The wheel installed with ``--target`` into a folder of its own."""
+    target = tmp_path_factory.mktemp('site')
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '--no-index', '-q',
+                    '--target', str(target), str(wheel)], check=True)
+    return target
+
+
+def _run_installed(site: Path, script: str, cwd: Path) -> dict:
+    """Run ``script`` with only the installed wheel on the path (no checkout) in ``cwd``; returns
+    the JSON object its last output line holds."""
+    env = {'PYTHONPATH': str(site), 'PATH': '/usr/bin:/bin', 'HOME': str(cwd)}
+    out = subprocess.run([sys.executable, '-c', script], cwd=cwd, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_wheel_carries_every_config_and_the_license(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -73,12 +91,9 @@ def test_wheel_carries_every_config_and_the_license(wheel):
     assert {'mmvit_ext/torch_compat.py', 'mmvit_ext/config_files/__main__.py'} <= names
 
 
-def test_configs_load_with_their_bases_from_the_installed_wheel(wheel, tmp_path):
+def test_configs_load_with_their_bases_from_the_installed_wheel(site, tmp_path):
     """Installed with ``--target`` (no checkout on the path), a shipped config and a user config
     inheriting ``mmvit_ext::`` resolve their ``_base_`` chains down to mmdet's / mmpretrain's."""
-    site = tmp_path / 'site'
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '--no-index', '-q',
-                    '--target', str(site), str(wheel)], check=True)
     user_config = tmp_path / 'my_config.py'
     user_config.write_text("_base_ = 'mmvit_ext::mmdet/mask_rcnn_pvtv2_b0_fpn_1x_coco.py'\n"
                            "train_dataloader = dict(batch_size=3)\n")
@@ -99,10 +114,7 @@ print(json.dumps(dict(
     det=[mine.model.type, mine.model.backbone.type, mine.model.neck.in_channels,
          mine.train_dataloader.batch_size, mine.train_dataloader.dataset.type])))
 """
-    env = {'PYTHONPATH': str(site), 'PATH': '/usr/bin:/bin', 'HOME': str(tmp_path)}
-    out = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env, check=True,
-                         capture_output=True, text=True).stdout
-    found = json.loads(out.strip().splitlines()[-1])
+    found = _run_installed(site, script, tmp_path)
     assert found['package'].startswith(str(site))
     assert found['root'] == str(site / 'mmvit_ext' / '.mim' / 'configs')
     assert found['cli'] == found['root'] + '/mask_rcnn_pvtv2_b2.py'
@@ -112,12 +124,9 @@ print(json.dumps(dict(
                             [32, 64, 160, 256], 3, 'CocoDataset']
 
 
-def test_a_shipped_config_trains_one_step_from_the_installed_wheel(wheel, tmp_path):
+def test_a_shipped_config_trains_one_step_from_the_installed_wheel(site, tmp_path):
     """The demo Mask R-CNN PVTv2-b2 config, read from the installed wheel (no checkout on the
     path), trains one iteration on demo data it writes, and saves a checkpoint."""
-    site = tmp_path / 'site'
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '--no-index', '-q',
-                    '--target', str(site), str(wheel)], check=True)
     script = """
 import json, mmvit_ext
 from mmengine.config import Config
@@ -139,10 +148,7 @@ loss = runner.message_hub.get_scalar('train/loss').current()
 print(json.dumps(dict(config=cfg.filename, iters=runner.iter, loss=loss,
                       backbone=type(runner.model.backbone).__module__)))
 """
-    env = {'PYTHONPATH': str(site), 'PATH': '/usr/bin:/bin', 'HOME': str(tmp_path)}
-    out = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env, check=True,
-                         capture_output=True, text=True).stdout
-    found = json.loads(out.strip().splitlines()[-1])
+    found = _run_installed(site, script, tmp_path)
     assert found['config'].startswith(str(site / 'mmvit_ext' / '.mim' / 'configs' / 'demo'))
     assert found['backbone'].startswith('mmvit_ext.') and found['iters'] == 1
     assert 0 < found['loss'] < 100
