@@ -56,8 +56,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 fi
 
 # a venv of another Python is made anew
-have_py="$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
-[[ -z "$have_py" || "$have_py" == "$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ]] || rm -rf "$venv"
+py_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+have_py="$(py_version "$venv/bin/python" || true)"
+[[ -z "$have_py" || "$have_py" == "$(py_version "$py")" ]] || rm -rf "$venv"
 [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 t0=$SECONDS

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The oldest tested stack (requirements/oldest.txt, torch 2.1 + mmcv 2.1.0): set it up, then run
+# The oldest tested stack (requirements/oldest.txt: Python 3.9, torch 2.1 + mmcv 2.1.0): set it up, then run
 # the tests that state what works there. CI runs this beside the pinned suite (.ci/run).
 # usage: bash tools/test_oldest.sh [--venv DIR] [pytest args...]
 set -euo pipefail
