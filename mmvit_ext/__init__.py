@@ -4,10 +4,16 @@ Importing the package registers every backbone in the ``mmvit_ext`` scope and al
 plain-data classes that mmengine writes into its training checkpoints, so that ``--resume`` and
 ``load_from`` work under torch's ``weights_only`` loading without ever disabling it.
 """
-from .config_files import register_scope
-from .utils.env_check import warn_problems
-from .utils.safe_checkpoint import allow_mmengine_checkpoints
-from .version import __version__
+from .distributions import missing_runtime
+
+_missing = missing_runtime()  # one line naming both distributions, before mmengine is needed
+if _missing is not None:
+    raise ImportError(_missing)
+
+from .config_files import register_scope  # noqa: E402
+from .utils.env_check import warn_problems  # noqa: E402
+from .utils.safe_checkpoint import allow_mmengine_checkpoints  # noqa: E402
+from .version import __version__  # noqa: E402
 
 warn_problems()  # installed-package combinations that break the peers' imports, named first
 allow_mmengine_checkpoints()
