@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Create (or refresh) a venv with one tested stack: .venv with the pinned development stack
-# (requirements/dev.txt), or with --stack oldest .venv-oldest (requirements/oldest.txt).
+# (requirements/dev.txt), or with --stack oldest / newest .venv-oldest / .venv-newest
+# (requirements/oldest.txt / newest.txt).
 # Idempotent: a stamp holding the hash of the pinned inputs makes a second run take seconds.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 usage() {
     cat <<'USAGE'
-usage: bash tools/setup_env.sh [--stack pinned|oldest] [--venv DIR]
+usage: bash tools/setup_env.sh [--stack pinned|oldest|newest] [--venv DIR]
 
   --stack pinned  requirements/dev.txt into .venv (default; the README's stack)
   --stack oldest  requirements/oldest.txt (torch 2.1 + mmcv 2.1.0) into .venv-oldest; mmcv is
                   compiled against that torch and its wheel kept in
                   ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/mmcv/KEY (KEY names mmcv, torch, device,
                   Python), never in pip's cache, where it would collide with the pinned build
+  --stack newest  requirements/newest.txt (torch 2.11 + the OneDL forks) into .venv-newest;
+                  onedl-mmcv compiled and cached as the oldest stack's mmcv
   --venv DIR      the venv to create or refresh instead of the stack's default
 Environment: PYTHON (the interpreter for a new venv; default: the requirements file's
 "# python: X.Y" line, looked up as pythonX.Y on the PATH or under pyenv, else python3), MAX_JOBS (compile jobs,
@@ -32,8 +35,8 @@ while (($#)); do
 done
 case "$stack" in
     pinned) reqs=requirements/dev.txt; venv="${venv:-$root/.venv}" ;;
-    oldest) reqs=requirements/oldest.txt; venv="${venv:-$root/.venv-oldest}" ;;
-    *) echo "[setup_env] --stack must be pinned or oldest, got '$stack'" >&2; exit 2 ;;
+    oldest|newest) reqs=requirements/$stack.txt; venv="${venv:-$root/.venv-$stack}" ;;
+    *) echo "[setup_env] --stack must be pinned, oldest or newest, got '$stack'" >&2; exit 2 ;;
 esac
 # the stack's Python: PYTHON, else the requirements file's "# python: X.Y" (on the PATH, or a
 # pyenv install), else python3
@@ -62,7 +65,12 @@ have_py="$(py_version "$venv/bin/python" || true)"
 [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 t0=$SECONDS
-"${pip[@]}" "setuptools<70" wheel ninja
+# the build tools of its mmcv ("# build:" line; mmcv 2.1.0's setup.py needs setuptools < 70),
+# and its mmcv: the file's (onedl-)mmcv pin, else mmcv 2.1.0
+read -r -a tools < <(sed -n -E 's/^# build: *([^(]*).*/\1/p' "$reqs"; echo "setuptools<70 wheel ninja")
+read -r mmcv_dist mmcv_ver < <(sed -n -E 's/^((onedl-)?mmcv)==([^[:space:]#]+).*/\1 \3/p' "$reqs"; echo mmcv 2.1.0)
+mmcv="$mmcv_dist==$mmcv_ver"
+"${pip[@]}" "${tools[@]}"
 # torch first (the stack's torch / torchvision / numpy lines): mmcv's ops are compiled against it
 # without build isolation.
 mapfile -t base < <(sed -n -E 's/[[:space:]]*#.*//; /^(torch|torchvision|numpy)([=<>!~ ]|$)/p' "$reqs")
@@ -75,31 +83,32 @@ if ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
     if [[ "$device" == cuda ]]; then
         # a wheel from tools/build_gpu_wheels.sh first; else build for this device, all cores,
         # bypassing pip's cache (it may hold a CPU-only build of the same version)
-        if ! "${pip[@]}" --no-index --find-links "$root/.whl/core" --find-links "$root/.whl" --force-reinstall --no-deps "mmcv==2.1.0" 2>/dev/null \
+        if ! "${pip[@]}" --no-index --find-links "$root/.whl/core" --find-links "$root/.whl" --force-reinstall --no-deps "$mmcv" 2>/dev/null \
                 || ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
             command -v nvcc >/dev/null || { echo "[setup_env] error: mmcv needs CUDA ops here and no CUDA toolkit (nvcc) is on PATH; install the toolkit matching torch's CUDA ($("$venv/bin/python" -c 'import torch; print(torch.version.cuda)')), or carry the wheels of tools/build_gpu_wheels.sh in .whl/" >&2; exit 1; }
             arch="${TORCH_CUDA_ARCH_LIST:-$("$venv/bin/python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')}"
-            echo "[setup_env] building mmcv 2.1.0 with CUDA ops for sm $arch on $(nproc) cores"
+            echo "[setup_env] building $mmcv with CUDA ops for sm $arch on $(nproc) cores"
             CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}" MMCV_WITH_OPS=1 FORCE_CUDA=1 \
                 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-                "${pip[@]}" --no-build-isolation --no-cache-dir --force-reinstall --no-deps "mmcv==2.1.0"
+                "${pip[@]}" --no-build-isolation --no-cache-dir --force-reinstall --no-deps "$mmcv"
         fi
     elif [[ "$stack" == pinned ]]; then
-        echo "[setup_env] building mmcv 2.1.0 with CPU ops (about 12 min on 2 cores the first time; pip caches the wheel)"
-        MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${pip[@]}" --no-build-isolation "mmcv==2.1.0"
+        echo "[setup_env] building $mmcv with CPU ops (about 12 min on 2 cores the first time; pip caches the wheel)"
+        MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${pip[@]}" --no-build-isolation "$mmcv"
     else
-        key="$("$venv/bin/python" -c 'import sys, torch; print("mmcv2.1.0-torch%s-cpu-py%d%d" % (torch.__version__.split(chr(43))[0], *sys.version_info[:2]))')"
+        key="$("$venv/bin/python" -c 'import sys, torch; print("%s-torch%s-cpu-py%d%d" % (sys.argv[1], torch.__version__.split(chr(43))[0], *sys.version_info[:2]))' "$mmcv_dist$mmcv_ver")"
         cache="${XDG_CACHE_HOME:-$HOME/.cache}/mmvit_ext/mmcv/$key"
-        if ! compgen -G "$cache/mmcv-2.1.0-*.whl" >/dev/null; then
-            echo "[setup_env] building mmcv 2.1.0 with CPU ops against this torch ($key; about 12 min on 2 cores, then cached in $cache)"
+        name="${mmcv_dist//-/_}-$mmcv_ver"  # its wheels: "$cache/$name"-*.whl
+        if ! compgen -G "$cache/$name-*.whl" >/dev/null; then
+            echo "[setup_env] building $mmcv with CPU ops against this torch ($key; about 12 min on 2 cores, then cached in $cache)"
             mkdir -p "$cache.tmp"
             MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
                 --disable-pip-version-check --no-build-isolation --no-cache-dir --no-deps \
-                "mmcv==2.1.0" -w "$cache.tmp"
+                "$mmcv" -w "$cache.tmp"
             rm -rf "$cache" && mv "$cache.tmp" "$cache"
         fi
-        "${pip[@]}" --no-deps --force-reinstall "$cache"/mmcv-2.1.0-*.whl  # this build, then
-        "${pip[@]}" "$cache"/mmcv-2.1.0-*.whl "${base[@]}"                  # its dependencies
+        "${pip[@]}" --no-deps --force-reinstall "$cache/$name"-*.whl  # this build, then
+        "${pip[@]}" "$cache/$name"-*.whl "${base[@]}"                  # its dependencies
     fi
     "$venv/bin/python" -c "$probe" || { echo "[setup_env] error: mmcv's nms does not run on $device" >&2; exit 1; }
 fi
