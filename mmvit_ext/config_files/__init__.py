@@ -54,12 +54,20 @@ def config_path(name: str) -> str:
 
 def register_scope() -> None:
     """Let mmengine resolve ``mmvit_ext::`` in ``_base_`` (it knows OpenMMLab's own packages
-    by a table; a plugin adds itself). A no-op without mmengine."""
+    by a table; a plugin adds itself), and ``mmseg::`` where the OneDL fork is installed: the
+    table names OpenMMLab's distribution (``mmsegmentation``), which mmengine (onedl-mmengine
+    0.10.12 too) then finds neither by name nor as a module. A no-op without mmengine."""
     try:
         from mmengine.config import utils as config_utils
     except ImportError:
         return
-    config_utils.MODULE2PACKAGE.setdefault('mmvit_ext', 'mmvit_ext')
+    from ..distributions import PACKAGES, installed_version
+    table = config_utils.MODULE2PACKAGE
+    table.setdefault('mmvit_ext', 'mmvit_ext')
+    for pkg in PACKAGES:
+        if (table.get(pkg.module) == pkg.openmmlab != pkg.module
+                and installed_version(pkg.openmmlab) is None and installed_version(pkg.onedl)):
+            table[pkg.module] = pkg.onedl
 
 
 __all__ = ['config_root', 'list_configs', 'config_path', 'register_scope', 'PREFIX']
