@@ -89,6 +89,29 @@ def test_extractor_dtype_is_kept_per_thread():
                                                         torch.float16)}
 
 
+def test_boundary_stack_is_popped_when_the_forward_raises():
+    """A forward that raises inside the boundary leaves no entry behind: the next call (same
+    thread) gets its own dtype back, and the per-thread stack is empty after every call."""
+    extractor = _extractor()
+    keep_ops_float32(extractor)
+    pre_hook, = extractor._forward_pre_hooks.values()
+    boundary = pre_hook.__self__
+    feats = [torch.randn(1, 4, 64, 64).bfloat16(), torch.randn(1, 4, 32, 32).bfloat16()]
+
+    def failing(*args, **kwargs):
+        raise RuntimeError('forward failed')
+    extractor.forward = failing  # this instance only
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match='forward failed'):
+            extractor(feats, _rois(4))
+        assert boundary._stack() == []
+    del extractor.forward
+    out = extractor([f.float() for f in feats], _rois(4))  # float32 caller: float32 back
+    assert out.dtype == torch.float32 and out.shape == (4, 4, 7, 7)
+    assert extractor(feats, _rois(4)).dtype == torch.bfloat16
+    assert boundary._stack() == []
+
+
 def test_dense_head_outputs_leave_as_float32(mask_rcnn):
     keep_ops_float32(mask_rcnn)
     feats = tuple(torch.randn(1, 256, 64 // s, 64 // s) for s in (4, 8, 16, 32, 64))
@@ -109,6 +132,11 @@ def test_cpu_amp_optim_wrapper():
     wrapper.update_params(out.float().square().mean())
     with pytest.raises(ConfigError, match='bfloat16'):
         CpuAmpOptimWrapper(dtype='float16', optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    for float32 in ('float32', torch.float32):  # CPU autocast would ignore it: refused
+        with pytest.raises(ConfigError, match=r"^AMP on CPU runs bfloat16; optim_wrapper.dtype="
+                                              r"'float32' would autocast nothing"):
+            CpuAmpOptimWrapper(dtype=float32, optimizer=torch.optim.SGD(model.parameters(),
+                                                                        lr=0.1))
     assert not amp_on_cpu(dict(type='OptimWrapper'))
     assert isinstance(wrapper, OptimWrapper)
 

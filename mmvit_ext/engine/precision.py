@@ -76,7 +76,8 @@ def _half_dtype(value: Any):
 
 class _Float32Inputs:
     """Forward pre-hook + hook pair: float32 in, the caller's dtype out. The caller's dtype is
-    kept per thread (a stack, for nested calls), so threads sharing a model do not mix it up."""
+    kept per thread (a stack, for nested calls), so threads sharing a model do not mix it up;
+    the hook runs when the forward raises too (``always_call``), so the entry is always popped."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -91,7 +92,8 @@ class _Float32Inputs:
         return to_float32(args), to_float32(kwargs)
 
     def after(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-        dtype = self._stack().pop()
+        stack = self._stack()
+        dtype = stack.pop() if stack else None  # empty: a pre-hook before ours raised
         return output if dtype is None else _cast(output, dtype)
 
 
@@ -110,7 +112,7 @@ def keep_ops_float32(model: nn.Module) -> List[str]:
         if side == 'inputs':
             boundary = _Float32Inputs()
             module.register_forward_pre_hook(boundary.before, with_kwargs=True)
-            module.register_forward_hook(boundary.after, with_kwargs=True)
+            module.register_forward_hook(boundary.after, with_kwargs=True, always_call=True)
         else:
             module.register_forward_hook(_float32_outputs)
         setattr(module, _MARK, side)
@@ -139,14 +141,19 @@ class CpuAmpOptimWrapper(OptimWrapper):
     """``AmpOptimWrapper`` for a machine without an accelerator (mmengine's asserts one): the
     step runs under CPU bfloat16 autocast, with no loss scaling (bfloat16 has float32's range).
     ``dtype=None`` means bfloat16, as torch's CPU autocast; float16 is refused (its loss scaler
-    is an accelerator's). ``loss_scale`` is accepted so that an AMP config runs unchanged, and
+    is an accelerator's), and so is float32, which CPU autocast ignores (a float32 run is
+    ``OptimWrapper``). ``loss_scale`` is accepted so that an AMP config runs unchanged, and
     unused."""
 
     def __init__(self, dtype: Any = None, loss_scale: Any = 'dynamic', use_fsdp: bool = False,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        if dtype not in (None, torch.bfloat16, torch.float32):
+        dtype = getattr(torch, dtype, dtype) if isinstance(dtype, str) else dtype
+        if dtype == torch.float32:
+            raise ConfigError("AMP on CPU runs bfloat16; optim_wrapper.dtype='float32' would "
+                              "autocast nothing (CPU autocast ignores it): set dtype='bfloat16', "
+                              "or type='OptimWrapper' for a float32 run")
+        if dtype not in (None, torch.bfloat16):
             raise ConfigError(f'AMP on CPU runs bfloat16 (no loss scaler for {dtype} without '
                               f"an accelerator): set optim_wrapper.dtype='bfloat16'")
         self.cast_dtype = dtype or torch.bfloat16
