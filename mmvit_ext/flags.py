@@ -16,9 +16,23 @@
 Like ``torch.backends.cudnn.flags``, a switch holds for the whole process while its block runs
 and is restored on exit; ``flags.fused_attention.get()`` (etc.) reads the current value. Model code reads
 the switches at run time, so they apply to models built before the block as well.
+
+Removed: ``flags.kernels`` and the CPU kernels it chose (:data:`KERNELS_REMOVED`); reading it
+raises ``AttributeError`` with that line, and ``MMVIT_EXT_KERNELS`` set to anything the code no
+longer reads is a warning when mmvit_ext is imported.
 """
+import os
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
+
+KERNELS_ENV = 'MMVIT_EXT_KERNELS'
+KERNELS_REMOVED = ('the CPU kernels that intercepted torch calls were removed in 0.2.0, and '
+                   'flags.kernels with them: every device runs the portable model code, as '
+                   'kernels("portable") did; the explicit attention path is '
+                   'flags.fused_attention(False)')
+
 
 class Flag:
     """A process-wide switch: ``with flag(value): ...`` sets it for a block, ``flag.get()``
@@ -59,4 +73,33 @@ def _bool(value: Any) -> Optional[str]:
 fused_attention = Flag('fused_attention', True, _bool)
 strict_loading = Flag('strict_loading', True, _bool)
 
-__all__ = ['Flag', 'fused_attention', 'strict_loading']
+
+def __getattr__(name: str) -> Any:
+    """``flags.kernels`` / ``flags.KERNEL_CHOICES``: gone, said in one line."""
+    if name in ('kernels', 'KERNEL_CHOICES'):
+        raise AttributeError(f'mmvit_ext.flags.{name} is gone: {KERNELS_REMOVED}')
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def _device_kernels_read_env() -> bool:
+    """Whether this install has device kernels that ``MMVIT_EXT_KERNELS=portable`` turns off
+    (:mod:`mmvit_ext.ops`)."""
+    return (Path(__file__).parent / 'ops' / '__init__.py').is_file()
+
+
+def warn_removed_kernels_env() -> Optional[str]:
+    """Warn (and return the line) when ``MMVIT_EXT_KERNELS`` holds a value nothing reads: any
+    value but ``portable``, and ``portable`` too where no device kernel exists to turn off."""
+    value = os.environ.get(KERNELS_ENV)
+    if value is None or (value.strip().lower() == 'portable' and _device_kernels_read_env()):
+        return None
+    message = f'mmvit_ext: {KERNELS_ENV}={value!r} is ignored: {KERNELS_REMOVED}'
+    if _device_kernels_read_env():
+        message += f' ({KERNELS_ENV}=portable still turns the device kernels of mmvit_ext.ops off)'
+    warnings.warn(message, UserWarning, stacklevel=2)
+    return message
+
+
+warn_removed_kernels_env()  # once, when mmvit_ext is imported
+
+__all__ = ['Flag', 'fused_attention', 'strict_loading', 'KERNELS_ENV', 'warn_removed_kernels_env']
