@@ -162,3 +162,54 @@ def test_bad_arguments_name_the_argument(monkeypatch):
     monkeypatch.setitem(sys.modules, 'timm', None)
     with pytest.raises(ImportError, match='TimmBackbone needs timm'):
         TimmBackbone(model_name='resnet18')
+
+
+@pytest.mark.parametrize('part', ['block', 'attn'])
+def test_checkpointed_timm_backbone_survives_save_load_and_deepcopy(tmp_path, part):
+    """``torch.save`` of the whole module, ``torch.load(weights_only=False)`` and
+    ``copy.deepcopy`` give back the checkpointed classes, the same outputs and gradients."""
+    import copy
+    from mmvit_ext.layers import CheckpointedCall
+    torch.manual_seed(0)
+    model = TimmBackbone(model_name='vit_tiny_patch16_224', **VIT, out_indices=(1, 3),
+                         with_cp=dict(part=part)).train()
+    x = torch.randn(2, 3, 64, 64)
+    model(x)  # with_cp is applied at the first call
+    kinds = {type(m).__name__ for m in model.modules() if isinstance(m, CheckpointedCall)}
+    assert kinds == ({'CheckpointedBlock'} if part == 'block' else {'CheckpointedAttention'})
+    path = tmp_path / 'whole.pt'
+    torch.save(model, path)
+    copies = {'torch.load': torch.load(path, weights_only=False), 'deepcopy': copy.deepcopy(model)}
+    want = model(x)
+    sum(m.square().mean() for m in want).backward()
+    for how, other in copies.items():
+        assert {type(m).__name__ for m in other.modules()
+                if isinstance(m, CheckpointedCall)} == kinds, how
+        assert str(other) == str(model), how
+        got = other(x)
+        sum(m.square().mean() for m in got).backward()
+        for a, b in zip(got, want):
+            assert torch.equal(a, b), how
+        for (name, p), q in zip(model.named_parameters(), other.parameters()):
+            assert torch.equal(p.grad, q.grad), (how, name)
+
+
+def test_groups_come_from_timms_public_api():
+    """No private timm module; every parameter a matcher names is in a group, in timm's order,
+    and names it does not match (the top) are in none."""
+    import inspect
+    from mmvit_ext.backbones import timm_backbone
+    assert 'timm.models._' not in inspect.getsource(timm_backbone)
+    model = TimmBackbone(model_name='vit_tiny_patch16_224', **VIT, out_indices=(3,),
+                         out_norm=True)
+    stages = model.stage_groups
+    assert len(stages) == 5 and len(model.block_groups) == 5  # stem + 4 blocks
+    assert 'timm_model.cls_token' in stages[0] and 'timm_model.norm.weight' in stages[4]
+    assert {n for names in stages.values() for n in names} == \
+        {f'timm_model.{n}' for n, _ in model.timm_model.named_parameters()}
+    matcher = dict(stem=r'^cls_token|pos_embed', blocks=[(r'^blocks\.(\d+)', None),
+                                                          (r'^norm', (99999,))], head=None)
+    assert [timm_backbone._matches(matcher, n) for n in
+            ('pos_embed', 'blocks.3.attn.qkv.weight', 'norm.bias', 'head.weight')] == \
+        [True, True, True, False]
+    assert timm_backbone._matches(lambda name: (0,), 'head.weight')  # a callable places all

@@ -8,6 +8,7 @@ groups come from the model's ``group_matcher``. Weights load only from a file (t
 hub, mmpretrain ``TIMMBackbone`` or our keys, :mod:`mmvit_ext.converters.timm_models`): nothing is
 downloaded. timm is imported when a model is built (a test / optional dependency).
 """
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -25,16 +26,35 @@ CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _CHECKPOINTED: Dict[type, type] = {}
 
 
+def _reduce_checkpointed(module: nn.Module, protocol: int) -> tuple:
+    """Pickle / deepcopy a ``Checkpointed<Name>`` as its timm class (found by its own module
+    and name) plus the state: the generated class itself has no importable name."""
+    state = module.__getstate__() if hasattr(module, '__getstate__') else module.__dict__
+    return _new_checkpointed, (type(module).timm_class,), state
+
+
+def checkpointed_class(cls: type) -> type:
+    """``Checkpointed<Name>``: ``cls`` (a timm block / attention / MLP class) with
+    :class:`~mmvit_ext.layers.CheckpointedCall` before it, made once per class."""
+    if cls not in _CHECKPOINTED:
+        _CHECKPOINTED[cls] = type(f'Checkpointed{cls.__name__}', (CheckpointedCall, cls), {
+            '__module__': __name__, 'timm_class': cls, '__reduce_ex__': _reduce_checkpointed})
+    return _CHECKPOINTED[cls]
+
+
+def _new_checkpointed(cls: type) -> nn.Module:
+    """An empty ``Checkpointed<cls>`` for unpickling (its state is set after)."""
+    checkpointed = checkpointed_class(cls)
+    return checkpointed.__new__(checkpointed)
+
+
 def checkpointable(module: nn.Module) -> CheckpointedCall:
     """``module`` as a :class:`~mmvit_ext.layers.CheckpointedCall`: timm's block / attention /
     MLP classes get a subclass ``Checkpointed<Name>`` (same code, parameters and state dict,
-    shown by ``print(model)``), made once per class when ``with_cp`` selects the module."""
-    cls = type(module)
-    if not issubclass(cls, CheckpointedCall):
-        if cls not in _CHECKPOINTED:
-            _CHECKPOINTED[cls] = type(f'Checkpointed{cls.__name__}', (CheckpointedCall, cls),
-                                      {'__module__': cls.__module__})
-        module.__class__ = _CHECKPOINTED[cls]
+    shown by ``print(model)``) when ``with_cp`` selects the module. The subclass lives in this
+    module and pickles as its timm class, so ``torch.save(model)`` / ``copy.deepcopy`` work."""
+    if not isinstance(module, CheckpointedCall):
+        module.__class__ = checkpointed_class(type(module))
     return module
 
 
@@ -56,6 +76,18 @@ def _common_module(names: Sequence[str]) -> str:
             break
         common.append(parts[0])
     return '.'.join(common)
+
+
+def _matches(matcher: Any, name: str) -> bool:
+    """Whether a timm ``group_matcher`` spec places ``name`` in a group of its own: a dict of
+    regexes (or lists of ``(regex, suffix)``) matches from the start of the name, as timm's
+    grouping does; a callable places every name."""
+    if not isinstance(matcher, dict):
+        return True
+    specs = [spec for spec in matcher.values() if spec is not None]
+    patterns = [p for spec in specs for p in
+                ([s[0] for s in spec] if isinstance(spec, (list, tuple)) else [spec])]
+    return any(re.match(pattern, name) for pattern in patterns)
 
 
 @MODELS.register_module()
@@ -188,14 +220,15 @@ class TimmBackbone(BaseBackbone):
 
     def _matcher_groups(self, coarse: bool) -> List[List[str]]:
         """Parameter names (ours) of every ``group_matcher`` group from the stem up; names the
-        matcher does not match (the top) are left out."""
-        from timm.models._manipulate import group_with_matcher  # timm 1.x, in its __all__
+        matcher does not match (the top) are left out. timm's public ``group_parameters``
+        (``timm.models`` in 1.0.15 and 1.0.31) orders the groups."""
+        from timm.models import group_parameters
         model = self.timm_model
-        unmatched = '\0unmatched'  # lands in the matcher's 'no match' group, which ranks last
-        names = [(n, n) for n, _ in model.named_parameters()] + [(unmatched, unmatched)]
-        groups = group_with_matcher(names, model.group_matcher(coarse=coarse))
-        return [[PREFIX + n for n in names] for _, names in sorted(groups.items())
-                if unmatched not in names]
+        matcher = model.group_matcher(coarse=coarse)
+        groups = group_parameters(model, matcher)
+        matched = [[n for n in names if _matches(matcher, n)]
+                   for _, names in sorted(groups.items())]
+        return [[PREFIX + n for n in names] for names in matched if names]
 
     def _set_training_groups(self, frozen_stages: int, with_cp: Any) -> None:
         needs_groups = frozen_stages != -1 or with_cp
