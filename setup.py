@@ -1,11 +1,13 @@
 """mmvit_ext: vision-transformer backbones for dense prediction in the OpenMMLab ecosystem.
 
-Tested stacks: requirements/oldest.txt (Python 3.9, torch 2.1.2, mmcv 2.1.0) and
-requirements/dev.txt (Python 3.11, torch 2.11, torchvision 0.26, mmcv 2.1.0 built
-from source, mmengine 0.10.7, mmdet 3.3.0, mmsegmentation 1.2.2, mmpretrain 1.2.0, numpy < 2.
-The ranges below are what the code needs (docs/install.md); none of them has an upper bound on
-torch or a pin on mmcv, so installing into an existing environment never upgrades torch or
-replaces a self-built mmcv.
+Tested stacks (docs/install.md): requirements/oldest.txt (Python 3.9, torch 2.1.2, mmcv 2.1.0),
+requirements/dev.txt (the pinned one: Python 3.11, torch 2.11, OpenMMLab's mmcv 2.1.0 / mmengine
+0.10.7 / mmdet 3.3 / mmseg 1.2.2 / mmpretrain 1.2, numpy 2) and requirements/newest.txt (Python
+3.12, numpy 2, transformers 5, the OneDL forks). OpenMMLab's packages and their maintained OneDL
+forks install the same import packages under other distribution names, so the core requirements
+name neither: the extras ``openmmlab`` / ``onedl`` (and ``det`` / ``seg`` / ``cls`` or their
+``onedl-`` twins) pick one, and ``pip install mmvit_ext`` into an existing environment installs
+nothing else. No upper bound on torch, no pin on mmcv.
 """
 import re
 import shutil
@@ -41,21 +43,32 @@ class BuildPyWithConfigs(build_py):
         (target / 'model-index.yml').write_text(MODEL_INDEX)
 
 
+# OpenMMLab's distributions and the OneDL forks of the same import packages
+# (mmvit_ext.distributions.PACKAGES); each environment holds one of the two.
+_runtime = {
+    'openmmlab': ['mmengine>=0.10.0,<1', 'mmcv>=2.0.0rc4,<2.2.0'],  # mmdet 3.3 / mmseg 1.2's range
+    'onedl': ['onedl-mmengine>=0.10.12,<1', 'onedl-mmcv>=2.3.6,<3'],
+}
 _peers = {
     'det': ['mmdet>=3.3.0,<4'],
     'seg': ['mmsegmentation>=1.2.2,<2', 'ftfy', 'regex'],  # mmseg imports ftfy / regex, undeclared
     'cls': ['mmpretrain>=1.2.0,<2'],
+    'onedl-det': ['onedl-mmdetection>=3.5.1,<4'],
+    'onedl-seg': ['onedl-mmsegmentation>=1.4.2,<2', 'ftfy', 'regex'],
+    'onedl-cls': ['onedl-mmpretrain>=1.3.6,<2'],
 }
 _extras = {
+    **_runtime,
     **_peers,
     # ONNX export (mmvit_ext.deploy, tools/deployment); needs torch >= 2.6 besides
     'deploy': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3'],
-    # the test suite: reference implementations and layouts it compares against; transformers
-    # from 4.56 breaks mmpretrain 1.2.0's import beside pycocotools (mmvit_ext.utils.env_check)
-    'tests': ['pytest', 'timm>=1.0', 'transformers>=4.40,<4.56', 'safetensors', 'matplotlib',
+    # the test suite: reference implementations and layouts it compares against
+    'tests': ['pytest', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
               'pycocotools'],
 }
-_extras['all'] = sorted({req for reqs in _extras.values() for req in reqs})
+# everything of one kind: OpenMMLab's stack (the OneDL one is the onedl* extras together)
+_extras['all'] = sorted({req for name, reqs in _extras.items() if not name.startswith('onedl')
+                        for req in reqs})
 
 setup(
     name='mmvit_ext',
@@ -68,11 +81,12 @@ setup(
     cmdclass={'build_py': BuildPyWithConfigs},
     python_requires='>=3.9',  # the oldest stack CI runs (requirements/oldest.txt)
     install_requires=[
-        'torch>=2.1',            # torch_compat.NEEDS: what needs a newer one
-        'mmengine>=0.10.0,<1',
-        'mmcv>=2.0.0rc4,<2.2.0',  # mmdet 3.3 / mmseg 1.2.2's range; we use no mmcv op ourselves
-        'numpy<2',                # mmcv 2.1.0 and pycocotools wheels built against numpy 1.x
+        'torch>=2.1',  # torch_compat.NEEDS: what needs a newer one
+        # torch 2.1 (the oldest stack, Python 3.9) is built against numpy 1; numpy 2 elsewhere
+        'numpy<2; python_version < "3.10"',
+        'numpy; python_version >= "3.10"',
         'Pillow',
+        # mmengine / mmcv: the extras 'openmmlab' or 'onedl' (import mmvit_ext names both)
     ],
     extras_require=_extras,
     license='Apache-2.0',

@@ -44,7 +44,8 @@ def missing_runtime(find: Callable[[str], object] = importlib.util.find_spec) ->
     missing = [name for name in ('mmengine', 'mmcv') if find(name) is None]
     if not missing:
         return None
-    return f"mmvit_ext needs {' and '.join(missing)}, which are not installed: {INSTALL_HINT}"
+    verb = 'is' if len(missing) == 1 else 'are'
+    return f"mmvit_ext needs {' and '.join(missing)}, which {verb} not installed: {INSTALL_HINT}"
 
 
 def mixed_distributions(version: Callable[[str], Optional[str]] = installed_version

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mmengine.config import Config
 
 from mmvit_ext.utils import env_check
 
@@ -23,6 +24,55 @@ def test_the_gpu_image_combination_is_named_with_its_fix():
     assert len(lines) == 1
     assert 'mmpretrain 1.2.0 cannot be imported beside transformers 5.17.0' in lines[0]
     assert 'NoneType takes no arguments' in lines[0] and "transformers<4.56" in lines[0]
+    # every fix: the maintained fork, an older transformers, no mmpretrain, the override
+    assert "onedl-mmpretrain>=1.3.6" in lines[0] and 'pip uninstall mmpretrain' in lines[0]
+    assert f'{env_check.IGNORE_ENV}=1' in lines[0] and '\n' not in lines[0]
+
+
+def test_only_runs_that_reach_mmpretrain_are_refused():
+    """mmdet imports mmpretrain, mmseg does not: the break applies to the scopes it fails."""
+    versions = fake(BROKEN)
+    assert env_check.problems(versions, scopes={'mmseg', 'mmvit_ext'}) == []
+    assert len(env_check.problems(versions, scopes={'mmdet'})) == 1
+    assert len(env_check.problems(versions, scopes={'mmpretrain'})) == 1
+    seg = Config.fromfile(ROOT / 'configs' / 'upernet_swin_t_512x512_160k_ade20k.py')
+    det = Config.fromfile(ROOT / 'configs' / 'mask_rcnn_pvtv2_b2.py')
+    assert 'mmdet' not in env_check.config_scopes(seg) and 'mmseg' in env_check.config_scopes(seg)
+    assert 'mmdet' in env_check.config_scopes(det)
+    # an mmseg config that imports mmpretrain's backbones (mmseg's ConvNeXt UperNet does)
+    convnext = Config(dict(default_scope='mmseg', custom_imports=dict(imports='mmpretrain.models')))
+    assert env_check.config_scopes(convnext) == {'mmseg', 'mmpretrain'}
+
+
+def test_a_seg_run_goes_on_and_the_override_warns(monkeypatch):
+    monkeypatch.setattr(env_check, 'installed_version', fake(BROKEN))
+    seg = Config.fromfile(ROOT / 'configs' / 'upernet_swin_t_512x512_160k_ade20k.py')
+    det = Config.fromfile(ROOT / 'configs' / 'mask_rcnn_pvtv2_b2.py')
+    env_check.require_working_environment(seg)  # never imports mmpretrain: not refused
+    with pytest.raises(SystemExit, match='cannot be imported beside transformers 5.17.0'):
+        env_check.require_working_environment(det)
+    monkeypatch.setenv(env_check.IGNORE_ENV, '1')
+    with pytest.warns(RuntimeWarning, match='going on: MMVIT_EXT_IGNORE_KNOWN_BREAKS is set'):
+        env_check.require_working_environment(det)
+
+
+def test_both_distributions_of_one_package_are_named_with_the_fix():
+    lines = env_check.problems(fake({'mmcv': '2.1.0', 'onedl-mmcv': '2.3.6',
+                                     'onedl-mmdetection': '3.5.1'}))
+    assert len(lines) == 1 and '\n' not in lines[0]
+    assert 'mmcv 2.1.0 (OpenMMLab) and onedl-mmcv 2.3.6 (OneDL)' in lines[0]
+    assert 'pip uninstall -y mmcv onedl-mmcv' in lines[0]
+
+
+def test_import_without_mmengine_names_both_extras():
+    """``import mmvit_ext`` where mmengine is not installed: one line naming both extras."""
+    script = "import sys; sys.modules['mmengine'] = None; import mmvit_ext"
+    result = subprocess.run([sys.executable, '-c', script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith('ImportError: mmvit_ext needs mmengine, which is not installed')
+    assert "mmvit_ext[openmmlab]" in last and "mmvit_ext[onedl]" in last
 
 
 @pytest.mark.parametrize('change', [
@@ -31,6 +81,7 @@ def test_the_gpu_image_combination_is_named_with_its_fix():
     {'pycocotools': None},  # likewise
     {'mmpretrain': None},
     {'mmpretrain': '1.2.1'},  # a release after the break's last known one
+    {'mmpretrain': None, 'onedl-mmpretrain': '1.3.6'},  # the maintained fork
 ])
 def test_working_combinations_pass(change):
     versions = {k: v for k, v in {**BROKEN, **change}.items() if v is not None}

@@ -13,12 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
-from mmvit_ext import torch_compat
+from mmvit_ext import distributions, torch_compat
 from mmvit_ext.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = {'det', 'seg', 'cls', 'deploy', 'tests', 'all'}
+EXTRAS = {'openmmlab', 'onedl', 'det', 'seg', 'cls', 'onedl-det', 'onedl-seg', 'onedl-cls',
+          'deploy', 'tests', 'all'}
 # title fragment -> arXiv id, one per paper the families and weights come from
 PAPERS = {
     'Swin Transformer': '2103.14030', 'PVT v2': '2106.13797', 'DeepViT': '2103.11886',
@@ -155,18 +158,60 @@ print(json.dumps(dict(config=cfg.filename, iters=runner.iter, loss=loss,
     assert (tmp_path / 'work_dirs' / 'one_step' / 'epoch_1.pth').is_file()
 
 
+def _requires(metadata, extra=None):
+    """The wheel's requirements of the core (``extra=None``) or of one extra."""
+    reqs = [Requirement(r) for r in metadata.get_all('Requires-Dist')]
+    if extra is None:
+        return [r for r in reqs if 'extra ==' not in str(r.marker)]
+    return [r for r in reqs if 'extra ==' in str(r.marker) and r.marker.evaluate({'extra': extra})]
+
+
 def test_metadata_states_floors_without_pinning_torch_or_mmcv(metadata):
     assert metadata['Version'] == __version__
     assert metadata['License'] == 'Apache-2.0'
     assert set(metadata.get_all('Provides-Extra')) == EXTRAS
-    requires = metadata.get_all('Requires-Dist')
-    core = {re.split(r'[<>=!;\s]', r)[0].lower(): r for r in requires if 'extra ==' not in r}
+    core = _requires(metadata)
     floor = '.'.join(map(str, torch_compat.TORCH_FLOOR))
-    assert core['torch'] == f'torch>={floor}'  # no upper bound: pip never upgrades torch
-    assert '==' not in core['mmcv'] and '<2.2.0' in core['mmcv']  # mmdet 3.3's own range
-    assert '<2' in core['numpy']
-    for req in requires:  # no extra drags in a torch or an mmcv of its own
-        assert not re.match(r'(torch|torchvision|mmcv)\b', req) or 'extra ==' not in req
+    (torch,) = [r for r in core if r.name == 'torch']
+    assert str(torch.specifier) == f'>={floor}'  # no upper bound: pip never upgrades torch
+    # nothing that a OneDL fork renames: the extras pick OpenMMLab's or the fork
+    renamed = {n for pkg in distributions.PACKAGES for n in (pkg.openmmlab, pkg.onedl)}
+    assert not renamed & {r.name for r in core}
+    numpy = {str(r.marker): r.specifier for r in core if r.name == 'numpy'}
+    assert numpy == {'python_version < "3.10"': SpecifierSet('<2'),
+                     'python_version >= "3.10"': SpecifierSet()}  # capped for torch 2.1 only
+    (mmcv,) = [r for r in _requires(metadata, 'openmmlab') if r.name == 'mmcv']
+    assert '==' not in str(mmcv.specifier) and '<2.2.0' in str(mmcv.specifier)  # mmdet 3.3's
+    assert {r.name for r in _requires(metadata, 'onedl')} == {'onedl-mmengine', 'onedl-mmcv'}
+    for extra in EXTRAS:  # no extra drags in a torch of its own, none mixes the two kinds
+        names = {r.name for r in _requires(metadata, extra)}
+        assert not names & {'torch', 'torchvision'}
+        kinds = {kind for pkg in distributions.PACKAGES
+                 for kind, name in (('openmmlab', pkg.openmmlab), ('onedl', pkg.onedl))
+                 if name in names}
+        assert len(kinds) <= 1, (extra, names)
+
+
+def _stack_extras() -> str:
+    """The extras that name this environment's stack: OneDL's forks or OpenMMLab's packages."""
+    if distributions.installed_version('onedl-mmengine'):
+        return 'onedl,onedl-det,onedl-seg,onedl-cls'
+    return 'openmmlab,det,seg,cls'
+
+
+def test_pip_install_of_the_wheel_changes_nothing_the_user_has(wheel, tmp_path):
+    """``pip install --dry-run`` of the wheel, with the extras of this stack, resolves against
+    what is installed (no index) and would install nothing but mmvit_ext."""
+    report = tmp_path / 'report.json'
+    extras = _stack_extras()
+    run = subprocess.run([sys.executable, '-m', 'pip', 'install', '--dry-run', '--no-index',
+                          '--disable-pip-version-check', '-q', '--report', str(report),
+                          f'mmvit_ext[{extras}] @ {wheel.as_uri()}'],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr  # no index: anything missing fails the resolution
+    names = [canonicalize_name(item['metadata']['name'])
+             for item in json.loads(report.read_text())['install']]
+    assert names == ['mmvit-ext'], (extras, names)
 
 
 def test_floors_are_the_oldest_tested_stack(metadata):
@@ -179,9 +224,11 @@ def test_floors_are_the_oldest_tested_stack(metadata):
     assert metadata['Requires-Python'] == f'>={python}'
     assert f'Programming Language :: Python :: {python}' in metadata.get_all('Classifier')
     assert torch_compat.torch_version(pins['torch']) == torch_compat.TORCH_FLOOR
-    requires = [Requirement(r) for r in metadata.get_all('Requires-Dist')
-                if 'extra ==' not in r]
-    for req in requires:  # every core requirement the oldest stack pins, it pins inside the range
+    on_oldest = {'python_version': python, 'python_full_version': python + '.0',
+                 'extra': 'openmmlab'}
+    requires = [r for r in _requires(metadata) + _requires(metadata, 'openmmlab')
+                if r.marker is None or r.marker.evaluate(on_oldest)]
+    for req in requires:  # every requirement the oldest stack pins, it pins inside the range
         if req.name in pins:
             assert req.specifier.contains(pins[req.name]), (req, pins[req.name])
     assert {'torch', 'numpy', 'mmengine'} <= {r.name for r in requires} & set(pins)
@@ -248,5 +295,5 @@ def test_install_page_names_shipped_configs_and_real_extras():
     assert len(names) >= 3
     for name in names:
         assert (ROOT / 'configs' / name).is_file(), name
-    named = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
+    named = set(re.findall(r'^\| `([\w-]+)` \|', page, re.M))
     assert named == EXTRAS

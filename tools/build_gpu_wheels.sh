@@ -173,7 +173,11 @@ download_set() {  # download_set SET: the pinned wheels of SET for cp312 manylin
     for r in $reqs; do
         name="${r%%==*}" ver="${r##*==}"
         f="$(find "$DL" -maxdepth 1 -iname "$(echo "$name" | tr '-' '_')-$ver-*.whl" | head -n 1)"
-        [[ -n "$f" ]] || { echo "build_gpu_wheels: no wheel downloaded for $r" >&2; return 1; }
+        if [[ -z "$f" ]]; then  # source only (onedl-mmpretrain): a pure-Python wheel built here
+            "$BUILD_VENV/bin/pip" wheel -q --no-deps -w "$DL" "$r" 2> >(quiet >&2) || true
+            f="$(find "$DL" -maxdepth 1 -iname "$(echo "$name" | tr '-' '_')-$ver-py3-none-any.whl" | head -n 1)"
+        fi
+        [[ -n "$f" ]] || { echo "build_gpu_wheels: no wheel downloaded or built for $r" >&2; return 1; }
         cp "$f" "$OUT/$1/"
     done
 }

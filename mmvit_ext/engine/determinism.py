@@ -12,6 +12,11 @@ not enough for a detector or segmentor:
 :class:`DeterminismCheckHook` looks for the modules of :data:`NONDETERMINISTIC_CUDA_BACKWARD`
 before training starts and stops the run with one message that names them and the choices. On
 CPU every kernel the stack uses is deterministic, and nothing is checked.
+
+The shipped configs ask ``randomness.deterministic='cpu'`` (:data:`ON_CPU`): bitwise reproducible
+on CPU, seeded only on CUDA, where those kernels make it impossible; the training and test tools
+resolve it before the runner is built and say so in one line on CUDA. An explicit ``True`` keeps
+its meaning, and on CUDA is refused as above.
 """
 import os
 from typing import List, Mapping, Tuple
@@ -25,6 +30,7 @@ from ..registry import HOOKS
 from .module_table import match_modules
 
 CUBLAS_SETTING = ':4096:8'
+ON_CPU = 'cpu'  # randomness.deterministic: deterministic where the device allows it (CPU)
 # (module class, why its CUDA backward is not reproducible)
 NONDETERMINISTIC_CUDA_BACKWARD: Tuple[Tuple[str, str], ...] = (
     ('mmcv.ops.RoIAlign', 'mmcv RoIAlign: atomicAdd in the CUDA backward'),
@@ -40,11 +46,26 @@ NONDETERMINISTIC_CUDA_BACKWARD: Tuple[Tuple[str, str], ...] = (
 )
 
 
+def resolve_deterministic(cfg: Mapping, cuda: bool) -> bool:
+    """``randomness.deterministic`` with :data:`ON_CPU` resolved for a run on CUDA or not: the
+    config is updated in place (mmengine then sees a bool) and a CUDA run is told in one line."""
+    randomness = cfg.get('randomness') or {}
+    wanted = randomness.get('deterministic', False)
+    if wanted == ON_CPU:
+        wanted = not cuda
+        randomness['deterministic'] = wanted
+        if cuda:
+            print("[determinism] randomness.deterministic='cpu' on CUDA: seeded, not bitwise "
+                  'reproducible (mmcv RoI ops accumulate CUDA gradients with atomicAdd)')
+    return bool(wanted)
+
+
 def prepare_cuda_determinism(cfg: Mapping) -> bool:
-    """Set ``CUBLAS_WORKSPACE_CONFIG`` (unless set) for a config that asks for deterministic
-    CUDA runs; call before any CUDA work. Returns whether the config asks for it."""
-    wanted = bool((cfg.get('randomness') or {}).get('deterministic'))
-    if wanted and torch.cuda.is_available():
+    """Resolve :data:`ON_CPU` and set ``CUBLAS_WORKSPACE_CONFIG`` (unless set) for a config that
+    asks for deterministic CUDA runs; call before any CUDA work. Returns whether it asks."""
+    cuda = torch.cuda.is_available()
+    wanted = resolve_deterministic(cfg, cuda)
+    if wanted and cuda:
         os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', CUBLAS_SETTING)
     return wanted
 
@@ -84,5 +105,6 @@ class DeterminismCheckHook(Hook):
         check_cuda_determinism(model, device_type, torch.are_deterministic_algorithms_enabled())
 
 
-__all__ = ['CUBLAS_SETTING', 'NONDETERMINISTIC_CUDA_BACKWARD', 'DeterminismCheckHook',
-           'check_cuda_determinism', 'nondeterministic_cuda_modules', 'prepare_cuda_determinism']
+__all__ = ['CUBLAS_SETTING', 'NONDETERMINISTIC_CUDA_BACKWARD', 'ON_CPU', 'DeterminismCheckHook',
+           'check_cuda_determinism', 'nondeterministic_cuda_modules', 'prepare_cuda_determinism',
+           'resolve_deterministic']

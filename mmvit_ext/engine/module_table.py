@@ -1,8 +1,9 @@
 """Tables keyed by downstream module classes (``'mmdet.models....Class'``), matched in a model.
 
-The classes are named as dotted paths and imported on use, so a table may name codebases that
-are not installed (then no model can hold their modules)."""
-import importlib
+The classes are named as dotted paths and looked up among the modules already imported: a model
+can only hold instances of classes whose modules are imported, so a table may name codebases that
+are not installed, or that this run never imports (a segmentation run never imports mmdet)."""
+import sys
 from typing import Iterable, List, Tuple
 
 from torch import nn
@@ -10,10 +11,7 @@ from torch import nn
 
 def _resolve(dotted: str):
     module, _, name = dotted.rpartition('.')
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError:
-        return None
+    return getattr(sys.modules.get(module), name, None)
 
 
 def match_modules(model: nn.Module, table: Iterable[Tuple[str, str]]

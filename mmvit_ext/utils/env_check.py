@@ -1,25 +1,23 @@
 """Installed-package combinations known to break the peers' own imports, named before they do.
 
-Each :class:`KnownBreak` is data: which installed versions break, why and the fix. ``import
-mmvit_ext`` warns once per break found (package metadata only, nothing imported);
-``tools/train.py`` and ``tools/test.py`` stop with the same line before building anything.
+Each :class:`KnownBreak` is data: which installed versions break, which import packages then fail,
+why and the fixes. ``import mmvit_ext`` warns once per break found (package metadata only, nothing
+imported); ``tools/train.py`` and ``tools/test.py`` stop with the same line before building
+anything, when the run's config reaches a failing package (a segmentation run that never imports
+mmpretrain goes on). An environment holding both the OpenMMLab and the OneDL distribution of one
+package (:mod:`mmvit_ext.distributions`) is named the same way. A user whose installed packages
+are patched sets ``MMVIT_EXT_IGNORE_KNOWN_BREAKS=1``: the tools then warn instead of stopping.
 """
+import os
 import warnings
 from dataclasses import dataclass
-from importlib import metadata
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
+from ..distributions import installed_version, mixed_distributions
 from ..torch_compat import parse_release as parse_version
 
 Version = Tuple[int, ...]
-
-
-def installed_version(name: str) -> Optional[str]:
-    """The installed distribution's version, ``None`` if it is not installed."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+IGNORE_ENV = 'MMVIT_EXT_IGNORE_KNOWN_BREAKS'
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,7 @@ class KnownBreak:
     other: str
     other_since: Version
     also_installed: Tuple[str, ...]
+    fails: Tuple[str, ...]  # the import packages (config scopes) whose import then fails
     why: str
     fix: str
 
@@ -44,25 +43,63 @@ class KnownBreak:
         if parse_version(have) > self.package_upto or parse_version(other) < self.other_since:
             return None
         return (f'mmvit_ext: {self.package} {have} cannot be imported beside {self.other} '
-                f'{other}: {self.why}. Fix: {self.fix}')
+                f'{other}: {self.why}. Fix, any of: {self.fix} (a patched install: set '
+                f'{IGNORE_ENV}=1)')
 
 
 KNOWN_BREAKS = (
     KnownBreak(
         package='mmpretrain', package_upto=(1, 2, 0), other='transformers', other_since=(4, 56),
-        also_installed=('pycocotools',),
+        also_installed=('pycocotools',), fails=('mmpretrain', 'mmdet'),
         why=("with pycocotools and transformers installed, mmpretrain imports its multimodal "
              "models, which take apply_chunking_to_forward, find_pruneable_heads_and_indices "
              "and prune_linear_layer from transformers.modeling_utils (gone since transformers "
              "4.56) and then subclass None ('TypeError: NoneType takes no arguments'); "
              "mmdet.models imports mmpretrain, so detection configs fail as well"),
-        fix="pip install 'transformers<4.56' (or uninstall transformers where nothing needs it)"),
+        fix=("pip uninstall -y mmpretrain && pip install 'onedl-mmpretrain>=1.3.6' (the "
+             "maintained fork, made for transformers 5); pip install 'transformers<4.56'; or, "
+             "where only detection / segmentation is needed, pip uninstall mmpretrain (mmdet "
+             "imports it only for re-id, under except ImportError)")),
 )
 
 
-def problems(version: Callable[[str], Optional[str]] = installed_version) -> List[str]:
-    """One line per known break among the installed packages."""
-    return [m for m in (b.message(version) for b in KNOWN_BREAKS) if m is not None]
+def problems(version: Optional[Callable[[str], Optional[str]]] = None,
+             scopes: Optional[Iterable[str]] = None) -> List[str]:
+    """One line per known break among the installed packages and per package installed by both
+    of its distributions; with ``scopes`` (the packages a run reaches), only the breaks that
+    fail one of them."""
+    version = version or installed_version
+    wanted = None if scopes is None else set(scopes)
+    found = [b.message(version) for b in KNOWN_BREAKS
+             if wanted is None or wanted & set(b.fails)]
+    return [m for m in found if m is not None] + mixed_distributions(version)
+
+
+def config_scopes(cfg: Any) -> Set[str]:
+    """The OpenMMLab packages a config reaches: its ``default_scope``, its ``custom_imports`` and
+    the scope of every ``type='scope.Name'`` in it (a detection config reaches mmdet, which
+    imports mmpretrain)."""
+    found: Set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            kind = node.get('type')
+            if isinstance(kind, str) and '.' in kind:
+                found.add(kind.split('.', 1)[0])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+
+    scope = cfg.get('default_scope')
+    if scope:
+        found.add(scope)
+    imports = (cfg.get('custom_imports') or {}).get('imports') or []
+    found.update(name.split('.', 1)[0] for name in ([imports] if isinstance(imports, str)
+                                                    else imports))
+    walk(dict(cfg))
+    return found
 
 
 def warn_problems() -> None:
@@ -71,12 +108,19 @@ def warn_problems() -> None:
         warnings.warn(line, RuntimeWarning, stacklevel=2)
 
 
-def require_working_environment() -> None:
-    """Stop with the known breaks' lines, if any (the training and test tools call this)."""
-    lines = problems()
-    if lines:
-        raise SystemExit('\n'.join(lines))
+def require_working_environment(cfg: Any = None) -> None:
+    """Stop with the lines of the breaks the run with config ``cfg`` reaches (every break when
+    ``cfg`` is None); warn instead where ``MMVIT_EXT_IGNORE_KNOWN_BREAKS=1`` is set."""
+    lines = problems(scopes=None if cfg is None else config_scopes(cfg))
+    if not lines:
+        return
+    if os.environ.get(IGNORE_ENV, '') not in ('', '0'):
+        for line in lines:
+            warnings.warn(f'{line} [going on: {IGNORE_ENV} is set]', RuntimeWarning,
+                          stacklevel=2)
+        return
+    raise SystemExit('\n'.join(lines))
 
 
-__all__ = ['KNOWN_BREAKS', 'KnownBreak', 'parse_version', 'problems',
-           'require_working_environment', 'warn_problems']
+__all__ = ['IGNORE_ENV', 'KNOWN_BREAKS', 'KnownBreak', 'config_scopes', 'installed_version',
+           'parse_version', 'problems', 'require_working_environment', 'warn_problems']
