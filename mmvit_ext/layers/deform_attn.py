@@ -1,21 +1,38 @@
-"""Multi-scale deformable attention (Zhu et al., Deformable DETR, 2021) in plain PyTorch.
+"""Multi-scale deformable attention (Zhu et al., Deformable DETR, 2021): a portable definition
+and, where one runs, a compiled kernel.
 
 Each query looks at ``num_points`` bilinearly sampled locations per head and level and sums
-them with softmax weights. The sampling is ``F.grid_sample`` (bilinear, zero padding,
-``align_corners=False``, as the CUDA kernel of Deformable DETR), so the layer needs no compiled
-op, runs on every device and dtype ``grid_sample`` supports, and exports to ONNX (opset >= 16).
+them with softmax weights. :func:`multi_scale_deformable_attention` is the definition: the
+sampling is ``F.grid_sample`` (bilinear, zero padding, ``align_corners=False``, as the CUDA
+kernel of Deformable DETR), so it needs no compiled op, runs on every device and dtype
+``grid_sample`` supports, and exports to ONNX (opset >= 16). :class:`MSDeformAttn` picks a
+compiled kernel when built (:func:`mmvit_ext.ops.find_deform_attn_kernel`, shown in its repr)
+and runs it where it can (:func:`kernel_blocker`); the definition everywhere else.
+
+The kernel and the definition agree to float32 rounding in the output and the value / weight
+gradients (the kernel sums with ``atomicAdd`` in no fixed order). The location gradients agree
+except where a sample sits exactly on a pixel row or column (integer pixel coordinates, e.g.
+every reference point plus an integer offset at Deformable DETR's initialisation): bilinear
+sampling has a kink there, and the kernel and ``grid_sample`` take different one-sided
+derivatives. tests/test_deform_attn.py states the tolerances.
 """
 import math
-from typing import List, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .. import torch_compat
+from ..ops import DeformAttnKernel, find_deform_attn_kernel
 from .shapes import Size2
 
 SpatialShapes = Union[torch.Tensor, Sequence[Size2]]
+# samples held at once by the definition: one (level, query chunk) piece of at most this many
+# elements (64 MiB in float32), so the transient memory does not grow with the query count
+PIECE_ELEMENTS = 1 << 24
+IM2COL_STEP = 64  # images per kernel launch (the kernel needs it to divide the batch)
 
 
 def _level_sizes(spatial_shapes: SpatialShapes) -> List[Size2]:
@@ -24,34 +41,80 @@ def _level_sizes(spatial_shapes: SpatialShapes) -> List[Size2]:
     return [(h, w) for h, w in spatial_shapes]
 
 
-def _sample_levels(value: torch.Tensor, locations: torch.Tensor, weights: torch.Tensor,
-                   sizes: List[Size2]) -> torch.Tensor:
-    """The attention with the caller's shapes (see :func:`multi_scale_deformable_attention`),
-    as (B, C, Q)."""
+def _weighted_samples(level_map: torch.Tensor, locations: torch.Tensor,
+                      weights: torch.Tensor) -> torch.Tensor:
+    """One level and query chunk: map (B*heads, C/heads, H, W), locations (B, q, heads, P, 2),
+    weights (B, q, heads, P) -> (B*heads, C/heads, q)."""
+    # one sampling batch per (image, head), contiguous (the CPU kernel's fast path)
+    grid = (2 * locations - 1).transpose(1, 2).flatten(0, 1)  # (B*heads, q, P, 2)
+    samples = F.grid_sample(level_map, grid, mode='bilinear', padding_mode='zeros',
+                            align_corners=False)  # (B*heads, C/heads, q, P)
+    return (samples * weights.transpose(1, 2).flatten(0, 1)[:, None]).sum(-1)
+
+
+def _definition(value: torch.Tensor, locations: torch.Tensor, weights: torch.Tensor,
+                sizes: List[Size2], recompute: bool) -> torch.Tensor:
+    """The attention with the caller's shapes, as (B, C, Q), one (level, query chunk) piece at
+    a time; with ``recompute`` each piece is checkpointed on its own."""
     batch, _, heads, head_dim = value.shape
     dtype = torch.promote_types(value.dtype, locations.dtype)
-    grids = 2 * locations.to(dtype) - 1
-    weights = weights.to(dtype)
-    output = None
-    start = 0
-    for level, (height, width) in enumerate(sizes):
-        # one sampling batch per (image, head), contiguous (the CPU kernel's fast path):
-        # map (B*heads, C/heads, H, W), grid (B*heads, Q, P, 2), weights (B*heads, 1, Q, P)
-        level_map = value[:, start:start + height * width].to(dtype).permute(0, 2, 3, 1)
-        level_map = level_map.reshape(batch * heads, head_dim, height, width)
+    locations, weights = locations.to(dtype), weights.to(dtype)
+    maps, start = [], 0
+    for height, width in sizes:
+        level = value[:, start:start + height * width].to(dtype).permute(0, 2, 3, 1)
+        maps.append(level.reshape(batch * heads, head_dim, height, width))
         start = start + height * width
-        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        samples = F.grid_sample(level_map, grid, mode='bilinear', padding_mode='zeros',
-                                align_corners=False)
-        term = (samples * weights[:, :, :, level].transpose(1, 2).flatten(0, 1)[:, None]).sum(-1)
-        output = term if output is None else output + term
+    queries, points = locations.shape[1], locations.shape[4]
+    step = max(1, PIECE_ELEMENTS // max(1, batch * heads * head_dim * points))
+    chunks = []
+    for first in range(0, queries, step):
+        chunk = slice(first, first + step)
+        out = None
+        for level, level_map in enumerate(maps):
+            pieces = (level_map, locations[:, chunk, :, level], weights[:, chunk, :, level])
+            term = (checkpoint(_weighted_samples, *pieces, use_reentrant=False) if recompute
+                    else _weighted_samples(*pieces))
+            out = term if out is None else out + term
+        chunks.append(out)
+    output = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-1)
     return output.unflatten(0, (batch, heads)).flatten(1, 2)
+
+
+def kernel_blocker(kernel: Optional[DeformAttnKernel], value: torch.Tensor) -> Optional[str]:
+    """Why this call runs the definition instead of ``kernel``, or ``None`` if it runs it."""
+    if kernel is None:
+        return 'no kernel'
+    if torch.onnx.is_in_onnx_export() or torch_compat.is_exporting():
+        return 'export'  # the exported graph holds the portable ops only
+    if torch_compat.is_compiling():
+        return 'torch.compile'
+    if value.device.type not in kernel.devices:
+        return f'{value.device.type} tensors'
+    return None
+
+
+def _run_kernel(kernel: DeformAttnKernel, value: torch.Tensor, sizes: List[Size2],
+                locations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``kernel`` in the dtype the definition would compute in (cast to the kernel's first dtype
+    at the boundary and back if it has no kernel for it), as (B, Q, C)."""
+    dtype = torch.promote_types(value.dtype, locations.dtype)
+    compute = dtype if dtype in kernel.dtypes else kernel.dtypes[0]
+    shapes = torch.tensor(sizes, dtype=torch.long, device=value.device)
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    batch = value.shape[0]
+    step = batch if batch <= IM2COL_STEP else math.gcd(batch, IM2COL_STEP)
+    inputs = (t.to(compute).contiguous() for t in (value, locations, weights))
+    value, locations, weights = inputs
+    with torch.autocast(value.device.type, enabled=False):  # its inputs stay as cast here
+        output = kernel.forward(value, shapes, starts, locations, weights, step)
+    return output.to(dtype)
 
 
 def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: SpatialShapes,
                                      sampling_locations: torch.Tensor,
                                      attention_weights: torch.Tensor,
-                                     recompute: bool = False) -> torch.Tensor:
+                                     recompute: bool = False,
+                                     kernel: Optional[DeformAttnKernel] = None) -> torch.Tensor:
     """Weighted sum of bilinear samples of every level.
 
     Args:
@@ -61,20 +124,22 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: Spatia
             corner of the map.
         attention_weights: (B, Q, heads, L, P), normalised over (L, P) by the caller.
         recompute: when a gradient is needed, keep nothing but the inputs for backward and
-            sample again there (the samples, Q * L * P per channel, dwarf the inputs).
+            sample again there, one piece at a time (the samples, Q * L * P per channel, dwarf
+            the inputs). The kernel keeps only its inputs anyway.
+        kernel: a compiled kernel to run where :func:`kernel_blocker` allows (first-order
+            gradients only: double backward and ``torch.func`` need the definition).
 
-    Returns (B, Q, C). The levels are sampled one at a time and accumulated, so no
-    (B*heads, C/heads, Q, L, P) stack of all samples is built. Sampling runs in the wider dtype
-    of ``value`` and the locations (fp32 locations keep sub-pixel precision under autocast, and
-    ``grid_sample`` needs one dtype).
+    Returns (B, Q, C) in the wider dtype of ``value`` and the locations (fp32 locations keep
+    sub-pixel precision under autocast, and ``grid_sample`` needs one dtype). The definition
+    samples one level and query chunk (:data:`PIECE_ELEMENTS`) at a time and accumulates, so
+    no stack of all samples is built.
     """
     sizes = _level_sizes(spatial_shapes)
+    if kernel_blocker(kernel, value) is None:
+        return _run_kernel(kernel, value, sizes, sampling_locations, attention_weights)
     inputs = (value, sampling_locations, attention_weights)
-    if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        output = checkpoint(_sample_levels, *inputs, sizes, use_reentrant=False)
-    else:
-        output = _sample_levels(*inputs, sizes)
-    return output.transpose(1, 2)
+    recompute = recompute and torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    return _definition(*inputs, sizes, recompute).transpose(1, 2)
 
 
 def reference_points(sizes: Sequence[Size2], device: torch.device = None) -> torch.Tensor:
@@ -103,6 +168,10 @@ class MSDeformAttn(nn.Module):
         value_ratio: value channels over ``dim``.
         recompute: sample again in backward instead of keeping the samples
             (:func:`multi_scale_deformable_attention`).
+
+    The compiled kernel is looked up when the module is built (``kernel`` attribute; ``None``
+    with the reason in ``kernel_note``) and shown in its repr; ``MMVIT_EXT_KERNELS=portable``
+    builds it without one.
     """
 
     def __init__(self, dim: int, num_levels: int = 4, num_heads: int = 8, num_points: int = 4,
@@ -118,7 +187,13 @@ class MSDeformAttn(nn.Module):
         self.attention_weights = nn.Linear(dim, num_heads * num_levels * num_points)
         self.value_proj = nn.Linear(dim, value_dim)
         self.output_proj = nn.Linear(value_dim, dim)
+        self.kernel, self.kernel_note = find_deform_attn_kernel()
         self.reset_parameters()
+
+    def extra_repr(self) -> str:
+        kernel = self.kernel.describe() if self.kernel else f'pytorch ({self.kernel_note})'
+        return (f'levels={self.num_levels}, heads={self.num_heads}, points={self.num_points}, '
+                f'recompute={self.recompute}, kernel={kernel}')
 
     def reset_parameters(self) -> None:
         """Deformable DETR's init: zero offset weights, biases on a ring of directions (one per
@@ -152,9 +227,9 @@ class MSDeformAttn(nn.Module):
                                   device=query.device)
         locations = ref_points[:, :, None, :, None, :] + offsets / normaliser[:, None, :]
         out = multi_scale_deformable_attention(value, spatial_shapes, locations, weights,
-                                               self.recompute)
+                                               self.recompute, self.kernel)
         return self.output_proj(out.to(value.dtype))
 
 
-__all__: Tuple[str, ...] = ('multi_scale_deformable_attention', 'reference_points',
-                            'MSDeformAttn')
+__all__: Tuple[str, ...] = ('multi_scale_deformable_attention', 'kernel_blocker',
+                            'reference_points', 'MSDeformAttn')

@@ -1,0 +1,11 @@
+"""Device kernels beside the portable definitions of :mod:`mmvit_ext.layers`.
+
+A kernel computes what a layer's pure-PyTorch function computes, faster on some devices; the
+layer picks it when built (visible in ``print(model)``) and calls the portable function wherever
+the kernel does not run. Compiled libraries are imported lazily, inside the finders, so
+importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` turns every
+kernel off.
+"""
+from .ms_deform_attn import DeformAttnKernel, find_deform_attn_kernel, kernels_enabled
+
+__all__ = ['DeformAttnKernel', 'find_deform_attn_kernel', 'kernels_enabled']
