@@ -9,6 +9,7 @@ from torch import nn
 
 from ..layers import (AttnBias, ConvStemEmbed, RefinerMap, Size2, WindowAttention,
                       attention_probs, final_map, map_attention)
+from ..layers.map_transforms import marked_forward
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
@@ -90,7 +91,11 @@ class RefinedViT(PlainViTBase):
             ``kernel_size``, ``conv_stem``, ``scale_adjustment``, ``mlp_layer_scale``.
         recompute_maps: in training, recompute the Refiner's expanded maps in backward instead
             of keeping them (:class:`~mmvit_ext.layers.RefinerMap` ``recompute``); equal
-            outputs and gradients, a fraction of the activation memory.
+            outputs and gradients, a fraction of the activation memory. It normalises with
+            this process's batch only: a Refiner made SyncBatchNorm (mmengine ``sync_bn``) is
+            refused in training with one line; use ``recompute_maps=False`` there. The
+            Refiners count a batch in their running statistics once per forward, also when
+            ``with_cp`` recomputes their blocks in backward.
     """
 
     family = 'refiner'
@@ -119,6 +124,7 @@ class RefinedViT(PlainViTBase):
         for module in self.modules():
             if isinstance(module, RefinerMap):
                 module.recompute = recompute_maps
+                module.counts_in_marked_forward = True  # with_cp's recompute counts nothing
         for i in range(1, self.depth, 2):  # shared blocks reuse block i-1's map
             if (i in self.global_blocks) != (i - 1 in self.global_blocks):
                 raise ValueError(f'RefinedViT: block {i} reuses the attention map of block {i - 1}, '
@@ -151,8 +157,9 @@ class RefinedViT(PlainViTBase):
                        ) -> Tuple[List[torch.Tensor], torch.Tensor]:
         """As the trunk's, with each block's attention map handed to the next block."""
         feats, attn_map = [], None
-        for i, block in enumerate(self.blocks):
-            tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
-            if i in self.out_indices:
-                feats.append(self.output_tokens(i, tokens))
+        with marked_forward():  # the Refiners' statistics count here, not in with_cp's recompute
+            for i, block in enumerate(self.blocks):
+                tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
+                if i in self.out_indices:
+                    feats.append(self.output_tokens(i, tokens))
         return feats, tokens

@@ -9,7 +9,9 @@
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
-from typing import List, Optional
+import threading
+from contextlib import contextmanager
+from typing import Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .. import torch_compat
+from ..errors import ConfigError
 from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform, fold_leading
 
 
@@ -92,7 +95,11 @@ class RefinerMap(MapTransform):
             recomputation normalises with the batch statistics, as the forward did, without
             counting the batch in the running statistics again. This path calls the inner
             layers' weights functionally: hooks on them fire only without it (inference,
-            ``recompute=False``).
+            ``recompute=False``). Its statistics are this process's batch only, so a Refiner
+            whose norms were made SyncBatchNorm (mmengine's ``sync_bn``,
+            ``convert_sync_batchnorm``), or any norm other than plain BatchNorm, is refused in
+            training with one line: build with ``recompute=False`` (RefinedViT
+            ``recompute_maps=False``), whose modules synchronise as configured.
     """
 
     stage = POST_SOFTMAX
@@ -115,39 +122,59 @@ class RefinerMap(MapTransform):
         self.adapt_bn = nn.BatchNorm2d(num_heads)
         self.scale = scale
         self.recompute = recompute
+        # set by an owner that runs its forward in marked_forward(): a call outside one is an
+        # activation-checkpoint recomputation, which must not count the batch again
+        self.counts_in_marked_forward = False
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
+        count = not self.counts_in_marked_forward or getattr(_marked, 'depth', 0) > 0
         if (self.recompute and self.training and torch.is_grad_enabled()
                 and not torch_compat.is_compiling()):
-            out = self._refine_recomputed(maps)
+            self._check_plain_norms()
+            out = self._refine_recomputed(maps, count)
         else:
-            out = self._refine(maps)
+            out = self._refine(maps, count)
         return out.reshape(attn.shape)
 
-    def _refine(self, maps: torch.Tensor) -> torch.Tensor:
-        """The Refiner through its modules, on folded maps (B, H, N, M)."""
+    def _check_plain_norms(self) -> None:
+        """The recompute reproduces BatchNorm's own forward per channel group; refuse others."""
+        for name in ('bn1', 'bn2', 'bn3', 'adapt_bn'):
+            norm = getattr(self, name, None)
+            if norm is not None and norm.training and type(norm).forward is not _BN_FORWARD:
+                raise ConfigError(
+                    f'RefinerMap.{name} is {type(norm).__name__}: the Refiner recompute '
+                    f'(recompute_maps=True) normalises with this process\'s batch only and '
+                    f'cannot synchronise it; set recompute_maps=False (RefinerMap recompute=False)')
+
+    def _refine(self, maps: torch.Tensor, count: bool = True) -> torch.Tensor:
+        """The Refiner through its modules, on folded maps (B, H, N, M); ``count``: the norms
+        update their running statistics."""
+        def norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            return module(x) if count else _uncounted(module, x)
+
         x = maps
         # ReLU6 in place: BatchNorm's backward needs its input, not its output
         if self.expand:
-            x = F.relu6(self.bn1(self.conv_exp(x)), inplace=True)
-        x = F.relu6(self.bn2(self.depth_sep_conv(x)), inplace=True)
-        x = self.bn3(self.conv_pro(x)) + maps
-        return self.adapt_bn(x) * self.scale
+            x = F.relu6(norm(self.bn1, self.conv_exp(x)), inplace=True)
+        x = F.relu6(norm(self.bn2, self.depth_sep_conv(x)), inplace=True)
+        x = norm(self.bn3, self.conv_pro(x)) + maps
+        return norm(self.adapt_bn, x) * self.scale
 
-    def _refine_recomputed(self, maps: torch.Tensor) -> torch.Tensor:
+    def _refine_recomputed(self, maps: torch.Tensor, count: bool = True) -> torch.Tensor:
         """:meth:`_refine` with the expanded maps made H channels at a time, each group
         checkpointed on its own, so backward holds one group's maps, not all r*H."""
-        for bn in (self.bn1, self.bn2) if self.expand else (self.bn2,):
+        for bn in ((self.bn1, self.bn2) if self.expand else (self.bn2,)) if count else ():
             if bn.training and bn.track_running_stats:  # the batch counted once, not per group
                 bn.num_batches_tracked.add_(1)
+        fresh = [] if count else [None]  # not counting: every call is already a recomputation
         hidden, step = self.depth_sep_conv.out_channels, self.conv_pro.out_channels
         reduced = None
         for start in range(0, hidden, step):
-            part = checkpoint(self._expanded_group, maps, start, min(start + step, hidden), [],
-                              use_reentrant=False)
+            part = checkpoint(self._expanded_group, maps, start, min(start + step, hidden),
+                              list(fresh), use_reentrant=False)
             reduced = part if reduced is None else reduced + part
-        return checkpoint(self._residual_tail, maps, reduced, [], use_reentrant=False)
+        return checkpoint(self._residual_tail, maps, reduced, list(fresh), use_reentrant=False)
 
     def _expanded_group(self, maps: torch.Tensor, start: int, stop: int, calls: List[None]
                         ) -> torch.Tensor:
@@ -172,6 +199,39 @@ class RefinerMap(MapTransform):
 
         again = _count_call(calls)
         return norm(self.adapt_bn, norm(self.bn3, reduced) + maps) * self.scale
+
+
+_BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
+
+
+_marked = threading.local()
+
+
+@contextmanager
+def marked_forward() -> Iterator[None]:
+    """The forward pass of a model whose RefinerMaps have ``counts_in_marked_forward`` set:
+    they count the batch in their running statistics inside it, and not when an activation
+    checkpoint recomputes them in backward (outside it; per thread)."""
+    _marked.depth = getattr(_marked, 'depth', 0) + 1
+    try:
+        yield
+    finally:
+        _marked.depth -= 1
+
+
+def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)`` with its running statistics left as they were (a recomputation: the module
+    runs, synchronising if it does, and its buffers are restored)."""
+    buffers = [b for b in (getattr(norm, 'running_mean', None), getattr(norm, 'running_var', None),
+                           getattr(norm, 'num_batches_tracked', None)) if b is not None]
+    if not (norm.training and buffers):
+        return norm(x)
+    saved = [b.clone() for b in buffers]
+    out = norm(x)
+    with torch.no_grad():
+        for buffer, value in zip(buffers, saved):
+            buffer.copy_(value)
+    return out
 
 
 def _count_call(calls: List[None]) -> bool:
