@@ -33,6 +33,30 @@ def test_peers_hold_our_weights_and_match_our_outputs(ours, size):
     assert set(report) == set(peers) and all(diff <= 1e-4 for _, diff in report.values())
 
 
+def test_converters_are_pure_and_the_benchmark_builds_the_peers():
+    """Converter modules import no model library and build nothing; peers are the benchmark's,
+    one builder per family, and the families list follows."""
+    import ast
+    from pathlib import Path
+
+    import mmvit_ext.converters as converters
+    from mmvit_ext.benchmark import peer_families
+    from mmvit_ext.benchmark.peers import PEER_BUILDERS
+    for path in sorted(Path(converters.__file__).parent.glob('*.py')):
+        imported = {alias.name.split('.')[0] for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {(node.module or '').split('.')[0] for node in
+                     ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.ImportFrom) and not node.level}
+        assert not imported & {'mmdet', 'mmseg', 'mmpretrain', 'timm', 'transformers'}, path
+    assert not any(name.endswith('benchmark_peers') for name in dir(converters))
+    assert set(PEER_BUILDERS) == {'swin', 'pvtv2'}
+    assert {'swin', 'pvtv2'} <= set(peer_families())
+    with pytest.raises(ValueError, match='no peer implementations for CaiT'):
+        from mmvit_ext.backbones import CaiT
+        build_peers(CaiT('xxs24', out_indices=(-1,)), (64, 64))
+
+
 def test_agreement_sizes_follow_each_peers_semantics():
     swin = SwinTransformer('tiny')
     assert agreement_size(swin, 'mmdet', (512, 512)) == (512, 512)

@@ -186,10 +186,6 @@ class PyramidVisionTransformerV2(BaseBackbone):
                               sr_ratios=[1 if w is None or linear else w.shape[-1] for w in sr],
                               linear=linear))
 
-    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
-        from ..converters.pvt_v2 import pvtv2_benchmark_peers
-        return pvtv2_benchmark_peers(self, img_size)
-
     @staticmethod
     def _init_module(module: nn.Module) -> None:
         init_linear_and_norm(module)

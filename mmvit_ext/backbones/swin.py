@@ -289,10 +289,6 @@ class SwinTransformer(BaseBackbone):
         deepest = self.level_strides[len(self.layers) - 1]
         return ExportLimits(limits.min_size, deepest * self.window_size + 1)
 
-    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
-        from ..converters.swin import swin_benchmark_peers
-        return swin_benchmark_peers(self, img_size)
-
     def peer_agreement_size(self, peer: str, size: Tuple[int, int]) -> Tuple[int, int]:
         """mmdet shifts windows even when a map fits in one window (the official classifier and
         we do not), so it agrees when the last map is larger than the window; timm rolls before
