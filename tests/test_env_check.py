@@ -25,7 +25,7 @@ def test_the_gpu_image_combination_is_named_with_its_fix():
     assert 'mmpretrain 1.2.0 cannot be imported beside transformers 5.17.0' in lines[0]
     assert 'NoneType takes no arguments' in lines[0] and "transformers<4.56" in lines[0]
     # every fix: the maintained fork, an older transformers, no mmpretrain, the override
-    assert "onedl-mmpretrain>=1.3.6" in lines[0] and 'pip uninstall mmpretrain' in lines[0]
+    assert "onedl-mmpretrain>=1.3.6" in lines[0] and 'uninstall it' in lines[0]
     assert f'{env_check.IGNORE_ENV}=1' in lines[0] and '\n' not in lines[0]
 
 
@@ -81,11 +81,21 @@ def test_import_without_mmengine_names_both_extras():
     {'pycocotools': None},  # likewise
     {'mmpretrain': None},
     {'mmpretrain': '1.2.1'},  # a release after the break's last known one
-    {'mmpretrain': None, 'onedl-mmpretrain': '1.3.6'},  # the maintained fork
+    {'mmpretrain': None, 'onedl-mmpretrain': '1.3.6', 'transformers': '4.57.6'},  # the fork
 ])
 def test_working_combinations_pass(change):
     versions = {k: v for k, v in {**BROKEN, **change}.items() if v is not None}
     assert env_check.problems(fake(versions)) == []
+
+
+def test_the_fork_breaks_from_transformers_5():
+    """onedl-mmpretrain 1.3.6 takes find_pruneable_heads_and_indices from pytorch_utils, which
+    transformers 5.0 dropped (read from the 4.57.6 and 5.0.0 wheels; checked importing)."""
+    fork = {'onedl-mmpretrain': '1.3.6', 'pycocotools': '2.0.11'}
+    assert env_check.problems(fake({**fork, 'transformers': '4.57.6'})) == []
+    (line,) = env_check.problems(fake({**fork, 'transformers': '5.0.0'}))
+    assert 'onedl-mmpretrain 1.3.6 cannot be imported beside transformers 5.0.0' in line
+    assert "transformers<5" in line and 'uninstall it' in line
 
 
 def test_boundaries_and_version_parsing():

@@ -253,8 +253,7 @@ rehearse() {  # a fresh venv like the GPU image; install the set offline; import
 import importlib, sys
 import numpy, torch
 mods = ['cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models', 'mmdet.evaluation',
-        'mmseg.models', 'mmseg.evaluation', 'mmpretrain.models', 'mmpretrain.datasets',
-        'pycocotools.cocoeval', 'mmvit_ext']
+        'mmseg.models', 'mmseg.evaluation', 'pycocotools.cocoeval', 'mmvit_ext']
 bad = []
 for m in mods:
     try:

@@ -47,6 +47,8 @@ class KnownBreak:
                 f'{IGNORE_ENV}=1)')
 
 
+_NO_MMPRETRAIN = ("where only detection / segmentation is needed, uninstall it (mmdet imports "
+                  "mmpretrain only for re-id, under except ImportError)")
 KNOWN_BREAKS = (
     KnownBreak(
         package='mmpretrain', package_upto=(1, 2, 0), other='transformers', other_since=(4, 56),
@@ -56,10 +58,19 @@ KNOWN_BREAKS = (
              "and prune_linear_layer from transformers.modeling_utils (gone since transformers "
              "4.56) and then subclass None ('TypeError: NoneType takes no arguments'); "
              "mmdet.models imports mmpretrain, so detection configs fail as well"),
-        fix=("pip uninstall -y mmpretrain && pip install 'onedl-mmpretrain>=1.3.6' (the "
-             "maintained fork, made for transformers 5); pip install 'transformers<4.56'; or, "
-             "where only detection / segmentation is needed, pip uninstall mmpretrain (mmdet "
-             "imports it only for re-id, under except ImportError)")),
+        fix=("pip uninstall -y mmpretrain && pip install 'onedl-mmpretrain>=1.3.6' "
+             "'transformers<5' (the maintained fork, which takes them from "
+             "transformers.pytorch_utils); pip install 'transformers<4.56'; or, "
+             + _NO_MMPRETRAIN)),
+    KnownBreak(
+        package='onedl-mmpretrain', package_upto=(1, 3, 6), other='transformers',
+        other_since=(5,), also_installed=('pycocotools',), fails=('mmpretrain', 'mmdet'),
+        why=("with pycocotools and transformers installed, mmpretrain imports its multimodal "
+             "models, which take find_pruneable_heads_and_indices from "
+             "transformers.pytorch_utils (gone since transformers 5.0) and then subclass None "
+             "('TypeError: NoneType takes no arguments'); mmdet.models imports mmpretrain, so "
+             "detection configs fail as well"),
+        fix="pip install 'transformers<5'; or, " + _NO_MMPRETRAIN),
 )
 
 
