@@ -19,6 +19,7 @@ from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAtte
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
                       tokens_to_map)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
+from ..layers.window import WINDOW_PADDINGS
 from .base import AttentionBlock, BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
                          translate)
@@ -122,6 +123,12 @@ class PlainViTBase(BaseBackbone):
             grid), ``None`` for peer mmseg.
         global_blocks: blocks that keep global attention when windows are on; ``None`` picks
             four evenly spaced blocks (the family may adjust them).
+        window_padding: how a token grid that is no multiple of the window is padded
+            (:class:`~mmvit_ext.layers.WindowAttention` ``padding``): ``'tokens'`` (default,
+            detectron2's ViTDet: zero tokens before the qkv projection; a grid smaller than the
+            window gets a window of its own size) or ``'qkv'`` (the official ViT-Adapter's
+            ``WindowedAttention``: q, k, v zero-padded after the projection, padded keys
+            unmasked, always whole windows). Not with decomposed relative positions.
         frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
             first k blocks.
         fused_attn: use the fused SDPA kernel in blocks without map transforms.
@@ -145,7 +152,8 @@ class PlainViTBase(BaseBackbone):
                  out_type: str = 'featmap', out_indices: Union[int, Sequence[int]] = (-1,),
                  simple_pyramid: Optional[bool] = None,
                  window_size: Union[int, str, None] = 'auto',
-                 global_blocks: Optional[Sequence[int]] = None, drop_rate: float = 0.0,
+                 global_blocks: Optional[Sequence[int]] = None, window_padding: str = 'tokens',
+                 drop_rate: float = 0.0,
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  fused_attn: bool = True, peer: Optional[str] = None,
@@ -210,6 +218,7 @@ class PlainViTBase(BaseBackbone):
                 drop=drop_rate, attn_drop=attn_drop_rate, drop_path=rates[i],
                 window_size=None if i in self.global_blocks else self.window_size))
             for i in range(built))
+        self._set_window_padding(window_padding)
         self.cls_blocks = self.build_cls_head(settings, drop_rate, attn_drop_rate,
                                               drop_path_rate) if classify else None
         # the final norm acts on the last block's tokens only
@@ -228,7 +237,7 @@ class PlainViTBase(BaseBackbone):
         """Windows shrink to fit small token grids: a grid longer than one window keeps the
         window layout fixed."""
         limits = super().export_limits()
-        if self.window_size is None:
+        if self.window_size is None or self.window_padding == 'qkv':  # no shrinking windows
             return limits
         return ExportLimits(limits.min_size, self.patch_size * self.window_size + 1)
 
@@ -284,6 +293,21 @@ class PlainViTBase(BaseBackbone):
             raise ValueError(f'{type(self).__name__}: window_size must be a positive int (tokens '
                              f'per window side) or None for global attention, got {window_size!r}')
         return window_size
+
+    def _set_window_padding(self, window_padding: str) -> None:
+        """Give every windowed attention of the trunk ``window_padding`` (once, at build)."""
+        name = type(self).__name__
+        if window_padding not in WINDOW_PADDINGS:
+            raise ConfigError(f'{name}: window_padding must be one of {WINDOW_PADDINGS}, got '
+                              f'{window_padding!r}')
+        if window_padding == 'qkv' and getattr(self, 'use_rel_pos', False):
+            raise ConfigError(f"{name}: window_padding='qkv' does not support use_rel_pos=True "
+                              f"(ViTDet's relative positions come with window_padding='tokens')")
+        self.window_padding = window_padding
+        for block in self.blocks:
+            attn = getattr(block, 'attn', None)
+            if isinstance(attn, WindowAttention) and attn.window_size is not None:
+                attn.set_padding(window_padding)
 
     def _resolve_global_blocks(self, global_blocks: Optional[Sequence[int]]) -> Tuple[int, ...]:
         if self.window_size is None:

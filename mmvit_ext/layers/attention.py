@@ -192,6 +192,10 @@ class Attention(AttentionBase):
 
     def qkv_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Tokens (*batch, N, C) -> q, k, v, each (*batch, H, N, d)."""
-        *batch, n, _ = x.shape
-        qkv = self.qkv(x).reshape(*batch, n, 3, self.num_heads, self.head_dim)
+        return self.split_qkv(self.qkv(x))
+
+    def split_qkv(self, qkv: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The qkv projection's output (*batch, N, 3C) -> q, k, v, each (*batch, H, N, d)."""
+        *batch, n, _ = qkv.shape
+        qkv = qkv.reshape(*batch, n, 3, self.num_heads, self.head_dim)
         return qkv.movedim(-3, 0).transpose(-3, -2).unbind(0)

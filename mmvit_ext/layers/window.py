@@ -15,6 +15,11 @@ from .shapes import Size2, pad_to_multiple, to_2tuple
 from .utils import known_equal, known_true, known_zero
 
 
+# where maps are zero-padded to whole windows: before the qkv projection (ViTDet, Swin) or after
+# it (the official ViT-Adapter); see WindowAttention
+WINDOW_PADDINGS = ('tokens', 'qkv')
+
+
 class WindowGeometry(NamedTuple):
     """How :meth:`WindowAttention.to_windows` cut a map: ``window is None`` for global
     attention."""
@@ -141,13 +146,20 @@ class WindowAttention(Attention):
         rel_pos: a learned relative-position bias table per head (``rel_pos``).
         pad_small_map: keep the window (and shift) on maps shorter than it, zero-padding them
             (mmdet / mmseg Swin, mmpretrain ``pad_small_map=True``) instead of shrinking it.
+        padding: where a map that is no multiple of the window is zero-padded (see
+            :data:`WINDOW_PADDINGS`): ``'tokens'`` before the qkv projection (detectron2's ViTDet,
+            Swin; padded keys and values are then the projection's bias), windows shrunk to
+            small maps unless ``pad_small_map``; ``'qkv'`` after it (the official ViT-Adapter's
+            ``WindowedAttention``): q, k and v are zero there, so every padded key scores 0 and,
+            unmasked, still takes its share of the softmax, with a zero value; windows are never
+            shrunk (a 10 x 12 map is one padded 14 x 14 window). ``'qkv'`` has no shift.
     """
 
     def __init__(self, dim: int, num_heads: int, window_size: Optional[int] = 7,
                  shift: bool = False, rel_pos: bool = False, qkv_bias: bool = True,
                  qk_scale: Optional[float] = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  map_transforms: Sequence[MapTransform] = (), fused: bool = True,
-                 pad_small_map: bool = False) -> None:
+                 pad_small_map: bool = False, padding: str = 'tokens') -> None:
         super().__init__(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop,
                          map_transforms, fused)
         self.pad_small_map = pad_small_map
@@ -157,6 +169,24 @@ class WindowAttention(Attention):
         half = (self.window_size[0] // 2, self.window_size[1] // 2) if shift else (0, 0)
         self.shift_size = half
         self.rel_pos = RelativePositionBias(self.window_size, num_heads) if rel_pos else None
+        self.padding = 'tokens'
+        self.set_padding(padding)
+
+    def set_padding(self, padding: str) -> None:
+        """Choose where maps are padded to whole windows (``padding`` above); the trunk calls
+        this once, when it builds its blocks."""
+        if padding not in WINDOW_PADDINGS:
+            raise ValueError(f'WindowAttention: padding must be one of {WINDOW_PADDINGS}, got '
+                             f'{padding!r}')
+        if padding == 'qkv' and any(self.shift_size):
+            raise ValueError("WindowAttention: padding='qkv' (the official ViT-Adapter's) has "
+                             "no shifted windows; use padding='tokens' with shift=True")
+        self.padding = padding
+
+    def extra_repr(self) -> str:
+        if self.window_size is None:
+            return 'global'
+        return f'window_size={self.window_size}, padding={self.padding!r}'
 
     def position_bias(self, window: Size2) -> Optional[torch.Tensor]:
         """Bias (H, N, N) added to every window's logits, or ``None``."""
@@ -187,5 +217,18 @@ class WindowAttention(Attention):
         return merged.reshape(geometry.tokens)
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        if self.padding == 'qkv' and self.window_size is not None:
+            return self.forward_padded_qkv(x, hw)
         windows, bias, geometry = self.to_windows(x, hw)
         return self.from_windows(super().forward(windows, attn_bias=bias), geometry)
+
+    def forward_padded_qkv(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
+        """``padding='qkv'``: project the tokens, then zero-pad q, k, v to whole windows of
+        ``window_size`` (never shrunk) and attend inside each window, padded keys unmasked."""
+        b, n, c = x.shape
+        qkv = self.qkv(x)
+        windows, padded = split_windows(qkv.view(b, hw[0], hw[1], qkv.shape[-1]),
+                                        self.window_size, (0, 0))
+        out = self.attend(*self.split_qkv(windows), self.position_bias(self.window_size))
+        geometry = WindowGeometry(hw, (b, n, c), self.window_size, (0, 0), padded)
+        return self.from_windows(out, geometry)
