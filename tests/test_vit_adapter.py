@@ -242,3 +242,79 @@ def test_layer_decay_groups_put_the_adapter_on_top():
     assert depth_of['blocks.2.attn.qkv.weight'] == 3
     assert depth_of['spm.level_encoding'] == depth_of['spm.stem.0.weight'] == top
     assert depth_of['interactions.0.injector.gamma'] == depth_of['norm1.weight'] == top
+
+
+@pytest.mark.parametrize('setting,adapter_recomputed', [(True, True), ('attn', True), (2, False)])
+def test_with_cp_recomputes_the_adapter_when_every_block_is_selected(setting, adapter_recomputed):
+    """The trunk as its with_cp says (the contract's counts, outputs and gradients); the
+    injectors and extractors recomputed whole when every trunk block is selected, else not."""
+    import contract
+    from mmvit_ext.backbones.vit_adapter import Extractor, Injector
+    contract.check_with_cp(ViTAdapter, {k: v for k, v in TINY.items() if k != 'drop_path_rate'},
+                           setting)
+    torch.manual_seed(0)
+    plain = ViTAdapter(**TINY).train()
+    model = ViTAdapter(**TINY, with_cp=setting).train()
+    model.load_state_dict(plain.state_dict())
+    assert model.recomputes_adapter() is adapter_recomputed
+    calls = {}
+    for name, module in model.interactions.named_modules():
+        if isinstance(module, (Injector, Extractor)):
+            module.register_forward_pre_hook(
+                lambda *_, key=name: calls.__setitem__(key, calls.get(key, 0) + 1))
+    x = torch.randn(2, 3, 64, 96)
+    sum(o.square().mean() for o in plain(x)).backward()
+    sum(o.square().mean() for o in model(x)).backward()
+    assert len(calls) == 4 * 2 + 2  # injector + extractor each, 2 extra extractors
+    assert set(calls.values()) == {2 if adapter_recomputed else 1}, calls
+    grads = dict(model.named_parameters())
+    for name, param in plain.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name].grad, atol=1e-6, rtol=1e-5)
+
+
+def test_extractors_drop_path_is_the_backbones_rate():
+    model = ViTAdapter(**dict(TINY, drop_path_rate=0.3))
+    last = model.interactions[-1]
+    for extractor in (model.interactions[0].extractor, last.extractor, *last.extra_extractors):
+        assert extractor.drop_path.drop_prob == pytest.approx(0.3)
+
+
+def test_forms_and_windows_are_chosen_by_one_argument_each():
+    from mmvit_ext.backbones import VisionTransformer
+    model = ViTAdapter(**TINY)
+    assert model.vit_features == 'final' and model.window_padding == 'qkv'
+    windowed = [b.attn for b in model.blocks if b.attn.window_size is not None]
+    assert windowed and all(a.padding == 'qkv' for a in windowed)
+    assert "padding='qkv'" in repr(model.blocks[0].attn)
+    vitdet = VisionTransformer(arch=dict(embed_dims=48, depth=4, num_heads=2), window_size=2)
+    assert vitdet.window_padding == 'tokens' and vitdet.blocks[0].attn.padding == 'tokens'
+    with pytest.raises(ValueError, match='vit_features must be one of'):
+        ViTAdapter(**TINY, vit_features='segmentation')
+    with pytest.raises(ValueError, match='needs 4 interactions'):
+        ViTAdapter(**TINY, vit_features='per_interaction', interaction_indexes=[[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match='window_padding must be one of'):
+        ViTAdapter(**TINY, window_padding='keys')
+    with pytest.raises(ValueError, match='use_rel_pos'):
+        VisionTransformer(arch=dict(embed_dims=48, depth=4, num_heads=2), window_size=2,
+                          use_rel_pos=True, window_padding='qkv', simple_pyramid=False)
+
+
+@pytest.mark.parametrize('path,form,padding', [
+    ('configs/mmdet/mask_rcnn_vit_adapter_s_fpn_ms_3x_coco.py', 'final', 'qkv'),
+    ('configs/mmdet/mask_rcnn_vit_adapter_b_fpn_ms_3x_coco.py', 'final', 'qkv'),
+    ('configs/mmseg/upernet_vit_adapter_b_512x512_160k_ade20k.py', 'per_interaction', None),
+    ('configs/mmseg/upernet_dinov2_s_vit_adapter_512x512_160k_ade20k.py', 'per_interaction', None),
+    ('configs/mmseg/upernet_dinov2_b_vit_adapter_512x512_160k_ade20k.py', 'per_interaction', None),
+])
+def test_shipped_configs_select_the_official_form(path, form, padding):
+    """mmdet configs: the detection form and the official windows; mmseg configs: the
+    segmentation form, global attention (as the official segmentation configs)."""
+    from pathlib import Path
+
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(Path(__file__).resolve().parents[1] / path)).model.backbone
+    assert cfg.vit_features == form
+    if padding is None:
+        assert cfg.window_size is None
+    else:
+        assert cfg.window_padding == padding and cfg.window_size == 14

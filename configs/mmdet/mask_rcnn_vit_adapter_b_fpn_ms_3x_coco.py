@@ -21,6 +21,8 @@ model = dict(
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=14,
         global_blocks=(2, 5, 8, 11),
+        window_padding='qkv',  # the official windows: q, k, v zero-padded to whole windows
+        vit_features='final',  # the official detection form: the last ViT map on every level
         init_cfg=dict(type='Pretrained',
                       checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')),
     neck=dict(in_channels=[768, 768, 768, 768]))

@@ -20,6 +20,8 @@ model = dict(
         deform_ratio=0.5,
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=None,
+        # the official segmentation form: the ViT map after interaction i on level i
+        vit_features='per_interaction',
         init_cfg=dict(type='Pretrained',
                       checkpoint='checkpoints/deit_base_patch16_224-b5f2ef4d.pth')),
     decode_head=dict(in_channels=[768, 768, 768, 768]),

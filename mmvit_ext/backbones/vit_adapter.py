@@ -9,6 +9,13 @@ strides 4/8/16/32, for any input size (the image is zero-padded to a multiple of
 cropped back). Everything is plain PyTorch: the deformable attention is
 :func:`~mmvit_ext.layers.deform_attn.multi_scale_deformable_attention` (``grid_sample``).
 
+The official repository has two forms of the backbone, chosen here by ``vit_features``: its
+detection backbone (``detection/mmdet_custom/models/backbones/vit_adapter.py``) adds the last
+block's ViT map to every level (``'final'``); its segmentation backbone
+(``segmentation/mmseg_custom/models/backbones/vit_adapter.py``) adds the ViT map after
+interaction i to level i (``'per_interaction'``). Windows follow its ``base/vit.py``
+(``window_padding='qkv'``, :class:`~mmvit_ext.layers.WindowAttention`).
+
 Key names follow the official repository (czczup/ViT-Adapter: ``spm.*``, ``level_embed`` (ours
 ``spm.level_encoding``),
 ``interactions.{i}.injector / extractor / extra_extractors``, ``up``, ``norm1..4``); its
@@ -30,6 +37,9 @@ from .vit import VisionTransformer
 from .vocabulary import OURS, ConfigError
 
 STRIDES = (4, 8, 16, 32)
+# which ViT map each level gets: the last block's (official detection backbone) or the one after
+# interaction i for level i (official segmentation backbone)
+VIT_FEATURES = ('final', 'per_interaction')
 _LN_EPS = 1e-6
 
 
@@ -96,7 +106,8 @@ class InteractionBlock(nn.Module):
         self.extractor = Extractor(dim, num_heads, num_points, value_ratio, with_cffn,
                                    cffn_ratio, drop, drop_path)
         self.extra_extractors = nn.ModuleList(
-            Extractor(dim, num_heads, num_points, value_ratio, with_cffn, cffn_ratio, drop, 0.0)
+            Extractor(dim, num_heads, num_points, value_ratio, with_cffn, cffn_ratio, drop,
+                      drop_path)  # the official extra extractors take the same drop path
             for _ in range(2)) if extra_extractors else None
 
 
@@ -133,9 +144,17 @@ class SpatialPriorModule(nn.Module):
                 self.fc4(c4))
 
 
-def _init_conv(module: nn.Module) -> None:
-    """The official adapter init of convs: He normal over fan-out, zero bias."""
-    if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
+def _init_adapter_module(module: nn.Module) -> None:
+    """The official adapter's general init (its ``_init_weights``): trunc-normal linears, unit
+    norms, He-normal convs over fan-out, zero biases. Use with ``apply``."""
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, (nn.LayerNorm, nn.BatchNorm2d, nn.SyncBatchNorm)):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
         fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
         nn.init.normal_(module.weight, 0, (2.0 / (fan_out // module.groups)) ** 0.5)
         if module.bias is not None:
@@ -162,6 +181,11 @@ class ViTAdapter(VisionTransformer):
         with_cffn / cffn_ratio: the extractors' ConvFFN and its hidden ratio.
         deform_ratio: value channels of the deformable attention over ``embed_dims``.
         add_vit_feature: add the resampled ViT map to every output.
+        vit_features: which ViT map level i gets (bilinearly resampled to its stride):
+            ``'final'`` the last block's, for every level (the official detection backbone,
+            ``detection/mmdet_custom/models/backbones/vit_adapter.py``); ``'per_interaction'``
+            the one after interaction i (the official segmentation backbone,
+            ``segmentation/mmseg_custom/models/backbones/vit_adapter.py``; four interactions).
         use_extra_extractor: two more extractors after the last interaction.
         layer_scale: trunk LayerScale init; ``None``: the preset's, else 1.0 (the official
             adapter's trunk has ``gamma1 / gamma2`` in every block, initialised to ones).
@@ -169,9 +193,20 @@ class ViTAdapter(VisionTransformer):
         frozen_stages: the trunk's (-1 none; 0 embeddings; k the embeddings and k blocks).
         sync_bn: SyncBatchNorm in the SPM and the output norms (the official configs' choice
             on several GPUs); default BatchNorm2d.
+        drop_path_rate: the trunk's stochastic depth (linear over its blocks) and, at this full
+            rate, the ConvFFN of every extractor, the extra ones too (as the official code).
+        with_cp: the trunk's selection (:mod:`~mmvit_ext.backbones.checkpointing`); when it
+            selects every trunk block (``True``, ``'attn'``, ``'mlp'``, ``dict(blocks=True,
+            ...)``), every injector and extractor is recomputed whole in backward too, as the
+            official segmentation backbone's ``with_cp=True`` does; a partial selection (``N``
+            blocks, one entry per stage) recomputes the selected trunk blocks only. The SPM,
+            ``up`` and the output norms are never recomputed.
+        window_padding: ``'qkv'`` (default: the official ``base/vit.py``: q, k, v zero-padded
+            to whole 14 x 14 windows after the projection, padded keys unmasked, windows never
+            shrunk) or ``'tokens'`` (ViTDet's); see :class:`~mmvit_ext.layers.WindowAttention`.
         **kwargs: the trunk's (:class:`VisionTransformer`): ``window_size`` (default 14, with
             global attention in four evenly spaced blocks, as the official configs),
-            ``global_blocks``, ``drop_path_rate``, ``img_size``, ``with_cp`` ...
+            ``global_blocks``, ``img_size`` ...
     """
 
     family = 'vit_adapter'
@@ -185,13 +220,18 @@ class ViTAdapter(VisionTransformer):
                  n_points: int = 4, deform_num_heads: Optional[int] = None,
                  init_values: float = 0.0, interaction_indexes: Optional[Sequence] = None,
                  with_cffn: bool = True, cffn_ratio: float = 0.25, deform_ratio: float = 1.0,
-                 add_vit_feature: bool = True, use_extra_extractor: bool = True,
+                 add_vit_feature: bool = True, vit_features: str = 'final',
+                 use_extra_extractor: bool = True,
                  layer_scale: Optional[float] = None, img_size: Optional[int] = None,
                  out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3), frozen_stages: int = -1,
                  norm_eval: bool = False, with_cp: Any = False, drop_rate: float = 0.0,
                  drop_path_rate: float = 0.1, sync_bn: bool = False,
+                 window_padding: str = 'qkv',
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         name = type(self).__name__
+        if vit_features not in VIT_FEATURES:
+            raise ConfigError(f'{name}: vit_features must be one of {VIT_FEATURES}, got '
+                              f'{vit_features!r}')
         settings = self.resolve_arch(self.default_arch if arch is None else arch)
         for key in ('with_cls_token', 'out_type', 'simple_pyramid', 'patch_size', 'final_norm'):
             if key in kwargs:
@@ -208,9 +248,15 @@ class ViTAdapter(VisionTransformer):
         super().__init__(arch, patch_size=16, out_type='featmap', with_cls_token=False,
                          final_norm=False, simple_pyramid=False, layer_scale=layer_scale,
                          img_size=img_size, out_indices=(-1,), drop_rate=drop_rate,
-                         drop_path_rate=drop_path_rate, peer=OURS, init_cfg=init_cfg, **kwargs)
+                         drop_path_rate=drop_path_rate, window_padding=window_padding,
+                         peer=OURS, init_cfg=init_cfg, **kwargs)
         dim, depth = self.embed_dims, self.depth
         self.interaction_indexes = self._check_interactions(interaction_indexes, depth)
+        if vit_features == 'per_interaction' and len(self.interaction_indexes) != 4:
+            raise ConfigError(f"{name}: vit_features='per_interaction' adds interaction i's ViT "
+                              f"map to level i, so it needs 4 interactions, got "
+                              f"{len(self.interaction_indexes)} (interaction_indexes)")
+        self.vit_features = vit_features
         heads = deform_num_heads or (6 if dim <= 384 else dim // 64)
         self.add_vit_feature = add_vit_feature
         # the contract: four maps; frozen_stages counts the trunk's blocks
@@ -252,16 +298,15 @@ class ViTAdapter(VisionTransformer):
         return pairs
 
     def init_adapter(self) -> None:
-        """The official init: trunc-normal linears, unit norms, He convs, Deformable DETR's
-        attention init, normal level embedding."""
+        """The official init, in its order: the general init of the SPM, the interactions and
+        ``up`` (:func:`_init_adapter_module`), then Deformable DETR's init of every deformable
+        attention in a second pass (in one pass the general init would re-draw the
+        attentions' own linears after them), then a standard-normal level embedding."""
         for part in (self.spm, self.interactions, self.up):
             if part is not None:
-                part.apply(_init_conv)
-        for module in self.interactions.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.trunc_normal_(module.weight, std=0.02)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, MSDeformAttn):
+                part.apply(_init_adapter_module)
+        for module in self.modules():
+            if isinstance(module, MSDeformAttn):
                 module.reset_parameters()
         nn.init.normal_(self.spm.level_encoding)
 
@@ -298,9 +343,15 @@ class ViTAdapter(VisionTransformer):
         return state_dict, resized
 
     # ---- forward -----------------------------------------------------------------------------
+    def recomputes_adapter(self) -> bool:
+        """Whether ``with_cp`` recomputes the injectors and extractors: when it selects every
+        trunk block (see ``with_cp`` above)."""
+        parts = self._cp_plan.parts(self.checkpoint_stages(), type(self).__name__)
+        return self._cp_plan.active and all(part is not None for part in parts)
+
     def _call(self, module: nn.Module, *args: Any) -> Any:
-        """An injector / extractor, recomputed in backward when ``with_cp`` is on."""
-        if self._cp_plan.active and self.training and torch.is_grad_enabled():
+        """An injector / extractor, recomputed in backward where :meth:`recomputes_adapter`."""
+        if self.training and torch.is_grad_enabled() and self.recomputes_adapter():
             return checkpoint_block(module, *args)
         return module(*args)
 
@@ -315,6 +366,7 @@ class ViTAdapter(VisionTransformer):
         tokens, hw = self.embed_tokens(x)
         ref_vit = reference_points([hw], x.device)
         ref_prior = reference_points(c_sizes, x.device)
+        vit_maps = []  # per interaction
         for interaction, (first, last) in zip(self.interactions, self.interaction_indexes):
             tokens = self._call(interaction.injector, tokens, ref_vit, c, c_sizes)
             for block in self.blocks[first:last + 1]:
@@ -322,19 +374,23 @@ class ViTAdapter(VisionTransformer):
             extractors = [interaction.extractor, *(interaction.extra_extractors or ())]
             for extractor in extractors:
                 c = self._call(extractor, c, ref_prior, tokens, hw, c_sizes)
+            if self.vit_features == 'per_interaction':
+                vit_maps.append(tokens_to_map(tokens, hw))
+        if self.vit_features == 'final':
+            vit_maps = [tokens_to_map(tokens, hw)] * 4
         maps = [tokens_to_map(part, size) for part, size in
                 zip(c.split([h * w for h, w in c_sizes], dim=1), c_sizes)]
         if self.up is not None:
             maps.insert(0, self.up(maps[0]) + c1)
         else:
             maps.insert(0, None)
-        vit_map = tokens_to_map(tokens, hw)
         outs = []
         for level in self.out_indices:
             out = maps[level]
-            if self.add_vit_feature:
-                out = out + F.interpolate(vit_map, size=out.shape[2:], mode='bilinear',
-                                          align_corners=False) if level != 2 else out + vit_map
+            if self.add_vit_feature:  # level 2 is at the ViT's stride 16
+                vit_map = vit_maps[level]
+                out = out + (vit_map if level == 2 else F.interpolate(
+                    vit_map, size=out.shape[2:], mode='bilinear', align_corners=False))
             out = getattr(self, f'norm{level + 1}')(out)
             stride = STRIDES[level]
             outs.append(out[:, :, :(height + stride - 1) // stride, :(width + stride - 1) // stride])
