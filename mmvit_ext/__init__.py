@@ -1,8 +1,9 @@
 """mmvit_ext: ViT-family backbones registered into the OpenMMLab registry tree.
 
-Importing the package registers every backbone in the ``mmvit_ext`` scope and allowlists the
-plain-data classes that mmengine writes into its training checkpoints, so that ``--resume`` and
-``load_from`` work under torch's ``weights_only`` loading without ever disabling it.
+Importing the package registers every backbone in the ``mmvit_ext`` scope and changes nothing
+in torch: mmengine's training checkpoints load under torch's ``weights_only`` loading where we
+load them (``tools/*.py``, our reader, ``TrustedCheckpointHook``, or
+``utils.safe_checkpoint.trusted_training_state()``; docs/checkpoints.md).
 """
 from .distributions import missing_runtime
 
@@ -16,7 +17,6 @@ from .utils.safe_checkpoint import allow_mmengine_checkpoints  # noqa: E402
 from .version import __version__  # noqa: E402
 
 warn_problems()  # installed-package combinations that break the peers' imports, named first
-allow_mmengine_checkpoints()
 register_scope()  # `_base_ = 'mmvit_ext::dir/file.py'` resolves to the shipped configs
 
 from . import backbones, converters, engine, flags, layers  # noqa: E402,F401

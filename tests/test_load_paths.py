@@ -11,7 +11,7 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
-import mmvit_ext  # noqa: F401  (allowlists training-checkpoint contents)
+import mmvit_ext  # noqa: F401  (registers backbones; our reader allowlists training state)
 from mmvit_ext import torch_compat
 from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer
 from mmvit_ext import flags

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import torch
 
 from .. import torch_compat
+from ..utils.safe_checkpoint import trusted_training_state
 
 PathLike = Union[str, Path]
 WRAPPER_KEYS = ('model', 'state_dict', 'state_dict_ema', 'model_ema', 'module')
@@ -89,7 +90,8 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = 'cp
         except (SafetensorError, OSError) as err:
             raise CheckpointError(f'cannot read safetensors checkpoint {path}: {err}') from err
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with trusted_training_state():  # mmengine / timm training state, for this load only
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         if not torch_compat.supports(TRAINING_STATE):  # no allowlist: only tensors and containers
             raise CheckpointError(f'refused to load {path}: it holds pickled objects (training '

@@ -1,5 +1,7 @@
-"""A hook that makes ``--resume`` continue the exact random stream of the interrupted run."""
+"""Hooks of a run: ``--resume`` continues the exact random stream of the interrupted run;
+``load_from`` / ``--resume`` read mmengine's training state under torch's weights-only loading."""
 import random
+from contextlib import ExitStack
 from typing import Optional
 
 import numpy as np
@@ -7,6 +9,7 @@ import torch
 from mmengine.hooks import Hook
 
 from ..registry import HOOKS
+from ..utils.safe_checkpoint import trusted_training_state
 
 
 @HOOKS.register_module()
@@ -56,6 +59,34 @@ class RandomStateHook(Hook):
         if 'cuda' in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state['cuda'])
         runner.logger.info('RandomStateHook: restored the random state of the checkpoint')
+
+
+@HOOKS.register_module()
+class TrustedCheckpointHook(Hook):
+    """For the peers' tools (mmdet's / mmseg's ``tools/train.py``): the run's ``load_from`` /
+    ``--resume`` (and ``init_cfg`` checkpoints) load mmengine's training state under torch's
+    weights-only loading (:func:`~mmvit_ext.utils.safe_checkpoint.trusted_training_state`).
+
+    mmengine loads between ``before_run`` and the first ``before_train`` / ``before_val`` /
+    ``before_test``: the allowlist is on from the first to the earliest of those,
+    ``after_load_checkpoint`` and ``after_run``. A load that raises leaves it on until one of
+    them comes (mmengine has no hook for a failed run); ``tools/train.py`` and ``tools/test.py``
+    use the context manager around the whole run instead, which exceptions close too.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self) -> None:
+        self._trusted = ExitStack()
+
+    def before_run(self, runner) -> None:
+        self._close()
+        self._trusted.enter_context(trusted_training_state())
+
+    def _close(self, *args, **kwargs) -> None:
+        self._trusted.close()
+
+    after_load_checkpoint = before_train = before_val = before_test = after_run = _close
 
 
 def add_run_hooks(cfg, training: bool) -> None:
