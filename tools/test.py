@@ -12,12 +12,13 @@ import sys
 from mmengine.config import DictAction
 from mmengine.runner import Runner
 
-import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+import mmvit_ext  # noqa: F401  (registers backbones)
 from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.io import is_url, resolve_checkpoint
 from mmvit_ext.engine import add_run_hooks, init_cpu_distributed
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 from mmvit_ext.utils.env_check import require_working_environment
+from mmvit_ext.utils.safe_checkpoint import trusted_training_state
 
 
 def parse_args() -> argparse.Namespace:
@@ -69,7 +70,8 @@ def main() -> None:
     if args.out:
         runner.test_evaluator.metrics.append(
             _dump_metric(args.out))
-    runner.test()
+    with trusted_training_state():  # the checkpoint may hold mmengine's training state
+        runner.test()
 
 
 def _dump_metric(path: str):

@@ -14,11 +14,12 @@ import sys
 
 from mmengine.config import Config, DictAction
 
-import mmvit_ext  # noqa: F401  (registers backbones, allowlists checkpoint contents)
+import mmvit_ext  # noqa: F401  (registers backbones)
 from mmvit_ext.engine import (AtomicSaveRunner, add_run_hooks, amp_on_cpu, init_cpu_distributed,
                               prepare_cuda_determinism, prepare_strategy)
 from mmvit_ext.utils import retain_freed_memory
 from mmvit_ext.utils.env_check import require_working_environment
+from mmvit_ext.utils.safe_checkpoint import trusted_training_state
 from mmvit_ext.utils.config_checks import (load_run_config, missing_data, missing_pretrained,
                                           neck_channel_mismatch)
 
@@ -90,7 +91,8 @@ def main() -> None:
         runner = FlexibleRunner.from_cfg(cfg)
     else:
         runner = AtomicSaveRunner.from_cfg(cfg)  # checkpoints written atomically
-    runner.train()
+    with trusted_training_state():  # --resume / load_from: mmengine's training state
+        runner.train()
 
 
 if __name__ == '__main__':
