@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 import mmvit_ext  # noqa: F401  (registers backbones)
 from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.io import is_url, resolve_checkpoint
-from mmvit_ext.engine import add_run_hooks, init_cpu_distributed
+from mmvit_ext.engine import add_run_hooks, init_cpu_distributed, prepare_cuda_determinism
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 from mmvit_ext.utils.env_check import require_working_environment
 from mmvit_ext.utils.safe_checkpoint import trusted_training_state
@@ -40,7 +40,6 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    require_working_environment()  # known package combinations that break the peers' imports
     if is_url(args.checkpoint):  # into the torch hub cache (as mmengine does), read from there
         try:
             args.checkpoint = str(resolve_checkpoint(args.checkpoint))
@@ -50,6 +49,7 @@ def main() -> None:
         if not osp.isfile(path):
             sys.exit(f'error: file not found: {path}')
     cfg = load_run_config(args.config, args.cfg_options, args.launcher, args.work_dir)
+    require_working_environment(cfg)  # installed packages that break what this config imports
     problems = missing_data(cfg, ('test',))
     if problems:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
@@ -64,6 +64,7 @@ def main() -> None:
         if 'visualization' not in hooks:
             sys.exit('error: --show-dir needs default_hooks.visualization in the config')
         hooks.visualization.update(draw=True, test_out_dir=args.show_dir)
+    prepare_cuda_determinism(cfg)  # randomness.deterministic='cpu' resolved for this device
     add_run_hooks(cfg, training=False)  # float32 around mmcv ops under test_cfg fp16
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     runner = Runner.from_cfg(cfg)

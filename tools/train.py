@@ -71,12 +71,12 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def main() -> None:
     args = parse_args()
-    require_working_environment()  # known package combinations that break the peers' imports
     if args.retain_heap:
         setting = retain_freed_memory()
         print(f'[heap] --retain-heap {"took effect" if setting else "had no effect"}: '
               f'{setting.reason}', file=sys.stderr if not setting else sys.stdout)
     cfg = build_config(args)
+    require_working_environment(cfg)  # installed packages that break what this config imports
     problems = neck_channel_mismatch(cfg) + missing_data(cfg, ('train', 'val'))
     if not cfg.get('resume'):
         problems += missing_pretrained(cfg)
