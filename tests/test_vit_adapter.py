@@ -2,7 +2,9 @@
 
 The contract suite covers the backbone's shapes, freezing, with_cp and loading
 (tests/backbone_cases.py); here: the attention against mmcv's reference, autocast, ONNX, the
-paper's settings, odd sizes, running without mmcv's compiled ops, and the official layout.
+paper's settings, odd sizes, running without mmcv's compiled ops, the official layout's keys (our
+exporter round trip: strictness and idempotence only), with_cp, drop path and the forms'
+arguments. Equivalence with the official code: tests/test_vit_adapter_reference.py.
 Budget: under 40 s on the idle 2-core CPU (tiny archs; presets are built on the meta device)."""
 import sys
 
