@@ -70,6 +70,9 @@ t0=$SECONDS
 read -r -a tools < <(sed -n -E 's/^# build: *([^(]*).*/\1/p' "$reqs"; echo "setuptools<70 wheel ninja")
 read -r mmcv_dist mmcv_ver < <(sed -n -E 's/^((onedl-)?mmcv)==([^[:space:]#]+).*/\1 \3/p' "$reqs"; echo mmcv 2.1.0)
 mmcv="$mmcv_dist==$mmcv_ver"
+# its ops' build: all cores, no debug info (-g0 halves the compile's CPU time against torch 2.11;
+# CPPFLAGS, which distutils appends to Python's "-g -O3", where a CFLAGS would replace them)
+build=(env MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" CPPFLAGS="${CPPFLAGS:-} -g0")
 "${pip[@]}" "${tools[@]}"
 # torch first (the stack's torch / torchvision / numpy lines): mmcv's ops are compiled against it
 # without build isolation.
@@ -88,13 +91,12 @@ if ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
             command -v nvcc >/dev/null || { echo "[setup_env] error: mmcv needs CUDA ops here and no CUDA toolkit (nvcc) is on PATH; install the toolkit matching torch's CUDA ($("$venv/bin/python" -c 'import torch; print(torch.version.cuda)')), or carry the wheels of tools/build_gpu_wheels.sh in .whl/" >&2; exit 1; }
             arch="${TORCH_CUDA_ARCH_LIST:-$("$venv/bin/python" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')}"
             echo "[setup_env] building $mmcv with CUDA ops for sm $arch on $(nproc) cores"
-            CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}" MMCV_WITH_OPS=1 FORCE_CUDA=1 \
-                TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-                "${pip[@]}" --no-build-isolation --no-cache-dir --force-reinstall --no-deps "$mmcv"
+            "${build[@]}" CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}" FORCE_CUDA=1 \
+                TORCH_CUDA_ARCH_LIST="$arch" "${pip[@]}" --no-build-isolation --no-cache-dir --force-reinstall --no-deps "$mmcv"
         fi
     elif [[ "$stack" == pinned ]]; then
         echo "[setup_env] building $mmcv with CPU ops (about 12 min on 2 cores the first time; pip caches the wheel)"
-        MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${pip[@]}" --no-build-isolation "$mmcv"
+        "${build[@]}" "${pip[@]}" --no-build-isolation "$mmcv"
     else
         key="$("$venv/bin/python" -c 'import sys, torch; print("%s-torch%s-cpu-py%d%d" % (sys.argv[1], torch.__version__.split(chr(43))[0], *sys.version_info[:2]))' "$mmcv_dist$mmcv_ver")"
         cache="${XDG_CACHE_HOME:-$HOME/.cache}/mmvit_ext/mmcv/$key"
@@ -102,7 +104,7 @@ if ! "$venv/bin/python" -c "$probe" 2>/dev/null; then
         if ! compgen -G "$cache/$name-*.whl" >/dev/null; then
             echo "[setup_env] building $mmcv with CPU ops against this torch ($key; about 12 min on 2 cores, then cached in $cache)"
             mkdir -p "$cache.tmp"
-            MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
+            "${build[@]}" "$venv/bin/python" -m pip wheel -q \
                 --disable-pip-version-check --no-build-isolation --no-cache-dir --no-deps \
                 "$mmcv" -w "$cache.tmp"
             rm -rf "$cache" && mv "$cache.tmp" "$cache"
