@@ -11,6 +11,7 @@ import torch
 
 from mmvit_ext.datasets.synthetic_shapes import generate_demo_coco
 from mmvit_ext.engine import atomic_save_checkpoint, find_resumable_checkpoint
+from mmvit_ext.utils.safe_checkpoint import trusted_training_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +88,8 @@ def _train(config, work_dir, *extra, env=None, kill_when=None, timeout=600):
 
 
 def _weights(path):
-    return torch.load(path, map_location='cpu', weights_only=True)['state_dict']
+    with trusted_training_state():  # mmengine's training state beside the weights
+        return torch.load(path, map_location='cpu', weights_only=True)['state_dict']
 
 
 @pytest.fixture(scope='module')
@@ -141,7 +143,8 @@ def test_resume_without_random_state_differs(setup):
     work = root / 'no_state'
     code, _ = _train(config, work, kill_when=lambda text: 'Epoch(train) [2][1/4]' in text)
     assert code == -signal.SIGKILL
-    ckpt = torch.load(work / 'epoch_1.pth', map_location='cpu', weights_only=True)
+    with trusted_training_state():
+        ckpt = torch.load(work / 'epoch_1.pth', map_location='cpu', weights_only=True)
     del ckpt['meta']['random_state']
     atomic_save_checkpoint(ckpt, str(work / 'epoch_1.pth'))
     code, log = _train(config, work, '--resume')
