@@ -3,8 +3,9 @@
 mmdet, mmseg and mmpretrain registries are children of the same roots, so a config in any of them
 reaches our classes with a scoped type, ``type='mmvit_ext.SwinTransformer'``; mmengine imports
 ``mmvit_ext.registry`` by itself when it meets that scope, and ``locations`` registers the
-backbones on first use. ``custom_imports=dict(imports=['mmvit_ext'])`` is the documented way and
-also installs the safe-checkpoint allowlist. Downstream ``SwinTransformer`` registrations are
+backbones on first use. ``custom_imports=dict(imports=['mmvit_ext'])`` is the documented way; a
+run through the peers' own tools that resumes mmengine training state adds
+``mmvit_ext.TrustedCheckpointHook`` (docs/checkpoints.md). Downstream ``SwinTransformer`` registrations are
 untouched: ours live only in this scope.
 """
 from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
