@@ -90,7 +90,8 @@ def test_wheel_carries_every_config_and_the_license(wheel):
                      if n.startswith('mmvit_ext/.mim/configs/') and n.endswith('.py'))
     assert shipped == _repo_configs() and len(shipped) > 80
     assert 'mmvit_ext/.mim/model-index.yml' in names
-    assert f'mmvit_ext-{__version__}.dist-info/LICENSE' in names
+    info = f'mmvit_ext-{__version__}.dist-info'  # setuptools 80 (newest stack): licenses/
+    assert {f'{info}/LICENSE', f'{info}/licenses/LICENSE'} & names
     assert {'mmvit_ext/torch_compat.py', 'mmvit_ext/config_files/__main__.py'} <= names
 
 
