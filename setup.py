@@ -3,7 +3,7 @@
 Tested stacks (docs/install.md): requirements/oldest.txt (Python 3.9, torch 2.1.2, mmcv 2.1.0),
 requirements/dev.txt (the pinned one: Python 3.11, torch 2.11, OpenMMLab's mmcv 2.1.0 / mmengine
 0.10.7 / mmdet 3.3 / mmseg 1.2.2 / mmpretrain 1.2, numpy 2) and requirements/newest.txt (Python
-3.12, numpy 2, transformers 5, the OneDL forks). OpenMMLab's packages and their maintained OneDL
+3.12, numpy 2, transformers 4.57, the OneDL forks). OpenMMLab's packages and their maintained OneDL
 forks install the same import packages under other distribution names, so the core requirements
 name neither: the extras ``openmmlab`` / ``onedl`` (and ``det`` / ``seg`` / ``cls`` or their
 ``onedl-`` twins) pick one, and ``pip install mmvit_ext`` into an existing environment installs
@@ -79,7 +79,7 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mmvit_ext', 'mmvit_ext.*']),
     cmdclass={'build_py': BuildPyWithConfigs},
-    python_requires='>=3.9',  # the oldest stack CI runs (requirements/oldest.txt)
+    python_requires='>=3.9',  # the oldest tested stack (requirements/oldest.txt, run by hand)
     install_requires=[
         'torch>=2.1',  # torch_compat.NEEDS: what needs a newer one
         # torch 2.1 (the oldest stack, Python 3.9) is built against numpy 1; numpy 2 elsewhere
