@@ -12,7 +12,8 @@ Example:
 import argparse
 from pathlib import Path
 
-import mmvit_ext  # noqa: F401  (registers the backbones and the safe unpickler)
+import mmvit_ext  # noqa: F401  (registers the backbones)
+from mmvit_ext.utils.safe_checkpoint import trusted_training_state
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,7 +42,8 @@ def main() -> None:
     if 'decode_head' in cfg.model:
         from mmseg.apis import inference_model, init_model
         from mmseg.visualization import SegLocalVisualizer
-        model = init_model(cfg, args.checkpoint, device=args.device)
+        with trusted_training_state():  # a training checkpoint: mmengine's state too
+            model = init_model(cfg, args.checkpoint, device=args.device)
         result = inference_model(model, args.image)
         visualizer = SegLocalVisualizer(name='mmvit_ext_demo', alpha=0.6)
         visualizer.dataset_meta = model.dataset_meta
@@ -51,7 +53,8 @@ def main() -> None:
     else:
         from mmdet.apis import inference_detector, init_detector
         from mmdet.visualization import DetLocalVisualizer
-        model = init_detector(cfg, args.checkpoint, device=args.device)
+        with trusted_training_state():  # a training checkpoint: mmengine's state too
+            model = init_detector(cfg, args.checkpoint, device=args.device)
         result = inference_detector(model, args.image)
         visualizer = DetLocalVisualizer(name='mmvit_ext_demo')
         visualizer.dataset_meta = model.dataset_meta

@@ -28,8 +28,9 @@ def colourise(labels: np.ndarray, palette: Sequence[Tuple[int, int, int]]) -> np
 def predict(config: str, checkpoint: str, images: List[Path]) -> Tuple[list, list]:
     """Predicted class maps of ``images`` and the model's (classes, palette)."""
     from mmseg.apis import inference_model, init_model
-    import mmvit_ext  # noqa: F401
-    model = init_model(config, checkpoint, device='cpu')
+    from mmvit_ext.utils.safe_checkpoint import trusted_training_state
+    with trusted_training_state():  # a training checkpoint: mmengine's state too
+        model = init_model(config, checkpoint, device='cpu')
     preds = [inference_model(model, str(p)).pred_sem_seg.data[0].numpy() for p in images]
     meta = model.dataset_meta
     return preds, [meta['classes'], meta['palette']]
