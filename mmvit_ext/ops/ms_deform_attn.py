@@ -12,7 +12,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-PORTABLE_ENV = 'MMVIT_EXT_KERNELS'  # =portable: no device kernel anywhere
+from ..flags import KERNELS_ENV as PORTABLE_ENV  # =portable: no device kernel anywhere
 
 
 @dataclass(frozen=True)
