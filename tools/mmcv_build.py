@@ -1,0 +1,203 @@
+"""mmcv with its compiled ops: the one recipe that builds and installs it.
+
+Callers: ``tools/setup_env.py`` (every stack, CPU or CUDA), ``tools/gpu_check.py`` (a bare GPU
+machine without carried wheels) and ``tools/build_gpu_wheels.py`` (the CUDA wheel for the GPU
+machine). Standard library only: it runs before any venv exists.
+
+A built wheel is kept in a cache folder keyed by mmcv, torch, device (CUDA version and archs) and
+Python (:func:`cache_key`), never in pip's cache, where builds for different torches collide.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+DEFAULT_DIST, DEFAULT_VERSION = 'mmcv', '2.1.0'
+# mmcv 2.1.0's setup.py imports pkg_resources, gone from setuptools 70 on
+DEFAULT_BUILD_TOOLS = ('setuptools<70', 'wheel', 'ninja')
+PIP = ('-m', 'pip', 'install', '--disable-pip-version-check', '-q')
+# mmcv's ops run on the device: a CPU-only build imports fine on a GPU machine and fails on the
+# first CUDA tensor, so the probe runs nms there
+PROBE = ('import sys, torch; from mmcv.ops import nms; d = sys.argv[1]; '
+         'b = torch.tensor([[0., 0, 9, 9], [1, 1, 9, 9]], device=d); '
+         'nms(b, torch.tensor([.9, .8], device=d), 0.5)')
+INFO = ('import json, sys, torch; c = torch.cuda.is_available(); print(json.dumps(dict('
+        'python="%d.%d" % sys.version_info[:2], torch=torch.__version__.split("+")[0], '
+        'cuda=torch.version.cuda, device="cuda" if c else "cpu", '
+        'capability="%d.%d" % torch.cuda.get_device_capability() if c else None)))')
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MmcvPin:
+    """Which mmcv a stack builds (``dist==version``) and the tools its build needs."""
+
+    dist: str = DEFAULT_DIST
+    version: str = DEFAULT_VERSION
+    build_tools: tuple = DEFAULT_BUILD_TOOLS
+
+    @property
+    def spec(self) -> str:
+        return f'{self.dist}=={self.version}'
+
+    @property
+    def wheel_prefix(self) -> str:
+        """The start of its wheels' file names (``onedl_mmcv-2.3.6``)."""
+        return f'{self.dist.replace("-", "_")}-{self.version}'
+
+
+def pin_from_requirements(text: str) -> MmcvPin:
+    """The ``(onedl-)mmcv==X`` line and the ``# build: ...`` tools of a requirements file;
+    mmcv 2.1.0 and setuptools < 70 where it names none."""
+    pin = re.search(r'^((?:onedl-)?mmcv)==([^\s#]+)', text, re.M)
+    tools = re.search(r'^# build: *([^(\n]*)', text, re.M)
+    return MmcvPin(pin.group(1) if pin else DEFAULT_DIST, pin.group(2) if pin else DEFAULT_VERSION,
+                   tuple(tools.group(1).split()) if tools else DEFAULT_BUILD_TOOLS)
+
+
+def arch_key(arch_list: str) -> str:
+    """``'8.0;9.0+PTX'`` / ``' 8.0 9.0 '`` -> ``'8.0_9.0+PTX'``: an arch list as one path part."""
+    return '_'.join(p for p in re.split(r'[;, ]+', arch_list) if p)
+
+
+def cache_key(pin: MmcvPin, torch_version: str, python: str, cuda: Optional[str] = None,
+              arch: Optional[str] = None) -> str:
+    """``mmcv2.1.0-torch2.11.0-cpu-py311`` or ``mmcv2.1.0-torch2.11.0-cu13.0-py312-sm9.0``."""
+    py = 'py' + python.replace('.', '')
+    if cuda is None:
+        return f'{pin.dist}{pin.version}-torch{torch_version}-cpu-{py}'
+    return f'{pin.dist}{pin.version}-torch{torch_version}-cu{cuda}-{py}-sm{arch_key(arch or "")}'
+
+
+def torch_info(python: str) -> dict:
+    """Python, torch, torch's CUDA, the device torch sees and its capability, of ``python``."""
+    out = subprocess.run([python, '-c', INFO], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe(python: str, device: str) -> bool:
+    """Whether mmcv's nms runs on ``device`` in ``python``'s environment."""
+    return subprocess.run([python, '-c', PROBE, device], capture_output=True).returncode == 0
+
+
+def nvcc_path(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """``$NVCC``, else nvcc on the PATH."""
+    return env.get('NVCC') or shutil.which('nvcc', path=env.get('PATH'))
+
+
+def nvcc_release(nvcc: str) -> str:
+    """``'13.0'`` from ``nvcc --version``."""
+    out = subprocess.run([nvcc, '--version'], capture_output=True, text=True).stdout
+    found = re.search(r'release ([0-9.]+),', out)
+    if not found:
+        raise RuntimeError(f'{nvcc} --version names no release: {out.strip()[:200]}')
+    return found.group(1)
+
+
+def cuda_home(nvcc: str) -> str:
+    """The toolkit's root: where nvcc says it lives (``_HERE_`` of ``--dryrun``; it may be a
+    wrapper script or a symlink), one folder up."""
+    out = subprocess.run([nvcc, '--dryrun', '-x', 'cu', '-c', os.devnull, '-o', os.devnull],
+                         capture_output=True, text=True).stderr
+    here = re.search(r'^#\$ _HERE_=(.*)$', out, re.M)
+    bindir = here.group(1).strip() if here else os.path.dirname(os.path.realpath(nvcc))
+    return str(Path(bindir, '..').resolve())
+
+
+def build_env(jobs: Optional[int] = None, cuda_root: Optional[str] = None,
+              arch: Optional[str] = None, base: Mapping[str, str] = os.environ,
+              extra: Optional[Mapping[str, str]] = None) -> dict:
+    """The environment of an ops build: all cores (or ``jobs``), no debug info (``-g0`` halves
+    the compile's CPU time; in CPPFLAGS, which distutils appends to Python's ``-g -O3``), and
+    for CUDA the toolkit on the PATH, FORCE_CUDA and the arch list."""
+    env = dict(base)
+    env.update(MMCV_WITH_OPS='1', MAX_JOBS=str(jobs or base.get('MAX_JOBS') or os.cpu_count()),
+               CPPFLAGS=(base.get('CPPFLAGS', '') + ' -g0').strip())
+    if cuda_root:
+        env.update(CUDA_HOME=cuda_root, FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch or '',
+                   PATH=f'{cuda_root}/bin{os.pathsep}{base.get("PATH", "")}')
+    env.update(extra or {})
+    return env
+
+
+def build_wheel(python: str, pin: MmcvPin, out_dir: Path, env: Mapping[str, str],
+                log: Log = print) -> Path:
+    """Compile ``pin`` against ``python``'s torch (no build isolation) into ``out_dir``; the
+    folder appears whole or not at all. Returns the wheel."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + '.tmp')
+    shutil.rmtree(tmp, ignore_errors=True)
+    log(f'building {pin.spec} with {"CUDA" if env.get("FORCE_CUDA") else "CPU"} ops '
+        f'({env["MAX_JOBS"]} jobs; about 12 min on 2 cores for CPU ops) into {out_dir}')
+    subprocess.run([python, '-m', 'pip', 'wheel', '-q', '--disable-pip-version-check',
+                    '--no-build-isolation', '--no-cache-dir', '--no-deps', pin.spec, '-w', str(tmp)],
+                   check=True, env=env)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return find_wheel(out_dir, pin)
+
+
+def find_wheel(folder: Path, pin: MmcvPin) -> Optional[Path]:
+    """``pin``'s wheel in ``folder``, if there is one."""
+    found = sorted(glob.glob(str(Path(folder) / f'{pin.wheel_prefix}-*.whl')))
+    return Path(found[-1]) if found else None
+
+
+def pip_install(python: str, *args: str) -> None:
+    subprocess.run([python, *PIP, *args], check=True)
+
+
+def ensure_mmcv(python: str, pin: MmcvPin, cache_root: Path, *, base: Sequence[str] = (),
+                find_links: Iterable[Path] = (), jobs: Optional[int] = None,
+                arch: Optional[str] = None, log: Log = print) -> str:
+    """mmcv's ops running on the device that ``python``'s torch sees; says what it took.
+
+    Nothing when they already run; else a carried wheel from ``find_links`` (CUDA); else the
+    cached build for :func:`cache_key`; else a build (its tools installed first, CUDA from the
+    nvcc on the PATH, archs ``arch`` or the device's). The wheel goes in without dependencies,
+    then its dependencies beside ``base`` (the stack's torch / numpy pins, kept).
+    """
+    info = torch_info(python)
+    device = info['device']
+    if probe(python, device):
+        return f'{pin.dist} ops already run on {device}'
+    links = [str(p) for p in find_links if Path(p).is_dir()]
+    if device == 'cuda' and links:
+        args = [a for link in links for a in ('--find-links', link)]
+        try:
+            pip_install(python, '--no-index', '--force-reinstall', '--no-deps', *args, pin.spec)
+        except subprocess.CalledProcessError:
+            log(f'no carried wheel of {pin.spec} in {", ".join(links)}')
+        else:
+            if probe(python, device):
+                return f'{pin.spec} from the carried wheels, ops run on cuda'
+    cuda_root = None
+    if device == 'cuda':
+        nvcc = nvcc_path()
+        if not nvcc:
+            raise RuntimeError(
+                f'{pin.dist} needs CUDA ops here and no CUDA toolkit (nvcc) is on PATH: install '
+                f'the toolkit matching torch\'s CUDA ({info["cuda"]}), or carry the wheels of '
+                'tools/build_gpu_wheels.sh in .whl/')
+        cuda_root = os.environ.get('CUDA_HOME') or cuda_home(nvcc)
+        arch = arch or os.environ.get('TORCH_CUDA_ARCH_LIST') or info['capability']
+    key = cache_key(pin, info['torch'], info['python'], info['cuda'] if cuda_root else None, arch)
+    folder = Path(cache_root) / key
+    wheel = find_wheel(folder, pin)
+    if wheel is None:
+        pip_install(python, *pin.build_tools)
+        wheel = build_wheel(python, pin, folder, build_env(jobs, cuda_root, arch), log)
+    else:
+        log(f'{pin.spec}: the cached build {wheel}')
+    pip_install(python, '--no-deps', '--force-reinstall', str(wheel))  # this build, then
+    pip_install(python, str(wheel), *base)                             # its dependencies
+    if not probe(python, device):
+        raise RuntimeError(f"{pin.dist}'s nms does not run on {device} after installing {wheel}")
+    return f'{pin.spec} ({key}), ops run on {device}'
