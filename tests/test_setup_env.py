@@ -1,0 +1,132 @@
+"""tools/setup_env.py, tools/mmcv_build.py and tools/stack_tests.py: the decisions of the set-up
+(which stack and Python, which mmcv and build tools, the cache key, the build's environment, the
+stamp) and the bootstraps' shape. Nothing here installs, downloads or compiles."""
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'tools'))
+import mmcv_build  # noqa: E402
+import setup_env  # noqa: E402
+import stack_tests  # noqa: E402
+
+REQS = {stack: (ROOT / path).read_text() for stack, path in setup_env.STACKS.items()}
+
+
+def test_each_stack_names_its_mmcv_build_tools_and_python():
+    pinned, oldest, newest = (mmcv_build.pin_from_requirements(REQS[s])
+                              for s in ('pinned', 'oldest', 'newest'))
+    assert pinned == oldest == mmcv_build.MmcvPin('mmcv', '2.1.0', ('setuptools<70', 'wheel', 'ninja'))
+    assert newest.spec == 'onedl-mmcv==2.3.6' and newest.wheel_prefix == 'onedl_mmcv-2.3.6'
+    assert 'setuptools>=80' in newest.build_tools and 'ninja' in newest.build_tools
+    assert setup_env.wanted_python(REQS['pinned']) is None
+    assert setup_env.wanted_python(REQS['oldest']) == '3.9'
+    assert setup_env.wanted_python(REQS['newest']) == '3.12'
+    for stack, text in REQS.items():  # torch first: mmcv's ops compile against these pins
+        base = setup_env.base_pins(text)
+        assert [re.split(r'[=<>]', b)[0] for b in base] == ['torch', 'torchvision', 'numpy'], stack
+
+
+def test_cache_key_names_mmcv_torch_device_and_python():
+    pin = mmcv_build.MmcvPin('onedl-mmcv', '2.3.6')
+    assert mmcv_build.cache_key(pin, '2.11.0', '3.12') == 'onedl-mmcv2.3.6-torch2.11.0-cpu-py312'
+    assert (mmcv_build.cache_key(mmcv_build.MmcvPin(), '2.11.0', '3.12', '12.8', '8.0;9.0+PTX')
+            == 'mmcv2.1.0-torch2.11.0-cu12.8-py312-sm8.0_9.0+PTX')
+    assert mmcv_build.arch_key(' 8.6 9.0 ') == mmcv_build.arch_key('8.6,9.0') == '8.6_9.0'
+
+
+def test_build_env_strips_debug_info_and_adds_cuda_only_when_asked():
+    cpu = mmcv_build.build_env(jobs=3, base={'PATH': '/bin', 'CPPFLAGS': '-DX'})
+    assert cpu['MMCV_WITH_OPS'] == '1' and cpu['MAX_JOBS'] == '3' and cpu['CPPFLAGS'] == '-DX -g0'
+    assert 'FORCE_CUDA' not in cpu and cpu['PATH'] == '/bin'
+    cuda = mmcv_build.build_env(cuda_root='/opt/cuda', arch='9.0', base={'PATH': '/bin', 'MAX_JOBS': '5'},
+                                extra={'CPATH': '/inc'})
+    assert cuda['MAX_JOBS'] == '5' and cuda['FORCE_CUDA'] == '1' and cuda['CUDA_HOME'] == '/opt/cuda'
+    assert cuda['TORCH_CUDA_ARCH_LIST'] == '9.0' and cuda['PATH'].startswith('/opt/cuda/bin')
+    assert cuda['CPATH'] == '/inc'
+
+
+def test_cuda_home_is_where_nvcc_says_it_lives(tmp_path):
+    bindir = tmp_path / 'cuda' / 'bin'
+    bindir.mkdir(parents=True)
+    nvcc = bindir / 'nvcc'
+    nvcc.write_text('#!/bin/sh\n'
+                    f'case "$*" in *--dryrun*) echo "#\\$ _HERE_={bindir}" >&2 ;;\n'
+                    '  *) echo "Cuda compilation tools, release 13.0, V13.0.1" ;; esac\n')
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR)
+    link = tmp_path / 'nvcc-wrapper'
+    link.symlink_to(nvcc)
+    assert mmcv_build.cuda_home(str(link)) == str(tmp_path / 'cuda')
+    assert mmcv_build.nvcc_release(str(nvcc)) == '13.0'
+    assert mmcv_build.nvcc_path({'NVCC': str(nvcc)}) == str(nvcc)
+
+
+def test_probe_and_info_read_this_interpreter():
+    info = mmcv_build.torch_info(sys.executable)
+    assert info['python'] == '%d.%d' % sys.version_info[:2] and info['device'] in ('cpu', 'cuda')
+    assert mmcv_build.probe(sys.executable, 'cpu')  # the pinned stack's mmcv ops run here
+
+
+def test_ensure_mmcv_does_nothing_where_the_ops_run(tmp_path):
+    said = mmcv_build.ensure_mmcv(sys.executable, mmcv_build.MmcvPin(), tmp_path, log=print)
+    assert said == 'mmcv ops already run on cpu' and not any(tmp_path.iterdir())
+
+
+def test_find_wheel_matches_the_pinned_dist_and_version(tmp_path):
+    for name in ('onedl_mmcv-2.3.6-cp312-cp312-linux_x86_64.whl', 'mmcv-2.1.0-cp311-cp311-linux_x86_64.whl'):
+        (tmp_path / name).touch()
+    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('onedl-mmcv', '2.3.6')).name.startswith('onedl_mmcv')
+    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin()).name.startswith('mmcv-2.1.0')
+    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('mmcv', '2.2.0')) is None
+
+
+def test_stamp_covers_the_requirements_and_the_setup_code():
+    stamp = setup_env.stamp_of(ROOT / 'requirements' / 'dev.txt')
+    assert stamp != setup_env.stamp_of(ROOT / 'requirements' / 'newest.txt')
+    assert set(setup_env.STAMPED) == {'setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py'}
+
+
+def test_find_python_prefers_PYTHON_then_the_asked_version(tmp_path):
+    assert setup_env.find_python('3.12', env={'PYTHON': '/x/python'}) == '/x/python'
+    assert setup_env.find_python(None, env={}) in (sys.executable, __import__('shutil').which('python3'))
+    with pytest.raises(SystemExit, match='Python 2.1'):
+        setup_env.find_python('2.1', env={'PYENV_ROOT': str(tmp_path), 'PATH': os.environ['PATH']})
+
+
+def test_stack_tests_run_the_core_and_the_newest_adds_the_rest():
+    oldest, newest = stack_tests.tests_of('oldest'), stack_tests.tests_of('newest')
+    assert oldest == list(stack_tests.CORE) and newest[:len(oldest)] == oldest
+    for node in newest:  # every file named exists
+        assert (ROOT / node.split('::')[0]).is_file(), node
+
+
+@pytest.mark.parametrize('script', ['setup_env.sh', 'test_stack.sh', 'test_oldest.sh'])
+def test_shell_only_bootstraps(script):
+    """The bash entry points hold no logic: a few lines that exec the Python module."""
+    lines = [ln for ln in (ROOT / 'tools' / script).read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith('#')]
+    assert len(lines) <= 4 and lines[-1].startswith('exec '), lines
+
+
+def test_bash_under_tools_and_ci_stays_small():
+    scripts = [*sorted((ROOT / 'tools').glob('*.sh')), ROOT / '.ci' / 'run']
+    total = sum(len(p.read_text().splitlines()) for p in scripts)
+    assert total <= 250, total
+    for path in scripts:  # no Python fed to an interpreter through a heredoc
+        assert not re.search(r'python\S*"? +- *<<', path.read_text()), path
+
+
+def test_help_of_the_bootstraps():
+    for script, words in (('setup_env.sh', ('--stack', '--venv', 'pinned', 'oldest', 'newest', 'MAX_JOBS')),
+                          ('test_stack.sh', ('oldest', 'newest', '--venv'))):
+        run = subprocess.run(['bash', f'tools/{script}', '--help'], cwd=ROOT, capture_output=True, text=True)
+        assert run.returncode == 0 and all(w in run.stdout for w in words), (script, run.stdout)
+    bad = subprocess.run(['bash', 'tools/setup_env.sh', '--stack', 'latest'], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'latest'" in bad.stderr
