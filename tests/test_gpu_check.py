@@ -1,5 +1,8 @@
 """tools/gpu_check.sh --device cpu: the GPU check's steps end to end at tiny settings, one table
-and one tarball of logs; --help, --steps and the no-CUDA line."""
+and one tarball of logs; --help, --steps and the no-CUDA line. Then the pure parts of
+tools/gpu_check.py: the table, the summaries, the loss check, the steps' rows, the install."""
+import json
+import math
 import os
 import re
 import subprocess
@@ -7,9 +10,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from mmvit_ext.backbones import family_classes
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'tools'))
+import gpu_check  # noqa: E402
+
 STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'ladder']
 
 
@@ -62,3 +70,108 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
     result = _run(env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
     assert result.returncode == 1
     assert result.stdout.count('\n') == 1 and 'no CUDA device' in result.stdout
+
+
+def test_steps_table_is_the_run_order():
+    assert list(gpu_check.STEPS) == STEPS
+    assert gpu_check.parse_steps('bench,ladder') == ['bench', 'ladder']
+    assert gpu_check.parse_steps('probe, ,contract,') == ['probe', 'contract']
+    with pytest.raises(ValueError, match='unknown step nope'):
+        gpu_check.parse_steps('probe,nope')
+
+
+def test_summary_takes_the_last_three_lines_and_escapes_pipes():
+    log = 'noise\nPROBE a\nCONTRACT b | c\nother\nSUMMARY d\nGOAL e\n'
+    assert gpu_check.summary_of(log, 0, 'x.log') == 'CONTRACT b \\| c SUMMARY d GOAL e'
+    assert gpu_check.summary_of('nothing\n', 0, 'x.log') == ''
+    failed = gpu_check.summary_of('TRAIN 1\nRuntimeError: a | b\n', 3, 'x.log')
+    assert failed == 'FAILED (exit 3, x.log): RuntimeError: a \\| b TRAIN 1'
+    last = 'torch.OutOfMemoryError: ' + 'x' * 400
+    oom = gpu_check.summary_of(last + '\n', 1, 'y.log')
+    assert oom == f'FAILED (exit 1, y.log): {last[:300]} OOM.'
+
+
+def test_table_renders_rows_status_and_ladder():
+    row = gpu_check.table_row('bench bf16 swin:tiny', 0, gpu_check.escape('SUMMARY 1|2'), 12.7)
+    assert row == '| bench bf16 swin:tiny | ok | SUMMARY 1\\|2 | 12 |'
+    now = (2026, 11, 26, 22, 5, 0, 3, 330, 0)
+    text = gpu_check.render_table('cpu', 'cpu | torch 2.11.0', 'probe', 61.2, [row],
+                                  'all steps done: every row ok', '| ladder |\n', now)
+    assert text.splitlines() == [
+        '# gpu_check (cpu): 2026-11-26 22:05 UTC, cpu | torch 2.11.0, steps probe, 61 s', '',
+        '| step | result | summary | seconds |', '|---|---|---|---|', row, '',
+        'all steps done: every row ok', '', '| ladder |']
+    assert gpu_check.table_row('x', 2, 's', 0) == '| x | FAILED | s | 0 |'
+
+
+def _scalars(work, losses):
+    run = work / '20261126_220000' / 'vis_data'
+    run.mkdir(parents=True)
+    lines = [json.dumps({'lr': 0.1, 'loss': v, 'iter': i}) for i, v in enumerate(losses)]
+    (run / 'scalars.json').write_text('\n'.join(lines + [json.dumps({'coco/bbox_mAP': 0.0})]) + '\n')
+
+
+@pytest.mark.parametrize('losses,ok', [([1.23456, 0.5], True), ([1.0, math.nan], False),
+                                       ([1.0, math.inf], False), ([1.0, 2.0, 3.0], False),
+                                       ([], False)])
+def test_loss_check_reads_mmengine_scalars(tmp_path, losses, ok):
+    _scalars(tmp_path, losses)
+    result, line = gpu_check.check_losses(tmp_path)
+    assert result is ok
+    assert line.startswith('TRAIN 2 iterations, losses [') and line.endswith(
+        ': finite' if ok else ': NOT finite')
+    if losses == [1.23456, 0.5]:
+        assert line == 'TRAIN 2 iterations, losses [1.235, 0.5]: finite'
+    assert gpu_check.check_losses(tmp_path / 'missing') == (
+        False, 'TRAIN 2 iterations, losses []: NOT finite')
+
+
+def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
+    cpu = gpu_check.Check('cpu', 'py', tmp_path / 'check.md', 'all')
+    rows = [row for step in gpu_check.STEPS.values() for row in step.rows(cpu)]
+    assert [row.name for row in rows] == [
+        'probe ops', 'contract fp32', 'contract bf16', 'contract fp16',
+        'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
+        'fsdp 1 process bf16 params Mask R-CNN PVTv2-b2', 'bench bf16 pvtv2:b0 b1 64x64',
+        'ladder Swin-T 96x128']
+    assert rows[0].log_name == 'probe_ops.log' and rows[7].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
+    ddp = rows[5]
+    assert ddp.argv[:8] == ('py', '-m', 'torch.distributed.run', '--nproc_per_node', '1',
+                            '--master_port', '29561', 'tools/train.py')
+    assert ddp.work == tmp_path / 'logs' / 'work_ddp' and 'randomness.deterministic=True' in ddp.argv
+    assert 'train_dataloader.dataset.pipeline.2.scale=(64,64)' in ddp.argv
+    monkeypatch.setenv('BENCH_BATCH', '4')
+    cuda = gpu_check.Check('cuda', 'py', tmp_path / 'check.md', 'all')
+    assert [row.name for row in gpu_check.STEPS['bench'].rows(cuda)] == [
+        'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344']
+    assert len(gpu_check.STEPS['amp-train'].rows(cuda)) == 2
+
+
+def test_install_uses_carried_sets_else_the_mmcv_recipe(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(gpu_check.mmcv_build, 'pip_install', lambda py, *a: calls.append(a))
+    monkeypatch.setattr(gpu_check.mmcv_build, 'ensure_mmcv',
+                        lambda py, pin, cache, log: calls.append(('ensure', pin.spec)) or 'built')
+    monkeypatch.setattr(gpu_check, 'ROOT', tmp_path)
+    (tmp_path / 'requirements').mkdir()
+    (tmp_path / 'requirements' / 'dev.txt').write_text('torch==2.11.0\ntorchvision==0.26.0\nmmdet==3.3.0\n')
+    gpu_check.install_stack('py', tmp_path, log=lambda msg: None)
+    assert calls == [('ensure', 'mmcv==2.1.0'), ('-r', str(tmp_path / 'requirements.txt'))]
+    assert (tmp_path / 'requirements.txt').read_text() == 'mmdet==3.3.0\n'
+    calls.clear()
+    (tmp_path / '.whl' / 'core').mkdir(parents=True)
+    (tmp_path / '.whl' / 'core' / 'requirements.txt').write_text('mmdet==3.3.0\n')
+    gpu_check.install_stack('py', tmp_path, log=lambda msg: None)
+    core = tmp_path / '.whl' / 'core'
+    assert calls == [('--no-index', '--no-deps', '--find-links', str(core), '-r',
+                      str(core / 'requirements.txt'))]
+
+
+def test_tarball_leaves_out_demo_data_and_checkpoints(tmp_path):
+    logs = tmp_path / 'logs'
+    (logs / 'demo_shapes').mkdir(parents=True)
+    (logs / 'work_ddp').mkdir()
+    for name in ('a.log', 'demo_shapes/x.jpg', 'work_ddp/iter_2.pth', 'work_ddp/run.log'):
+        (logs / name).write_text('x')
+    with tarfile.open(gpu_check.tar_logs(tmp_path / 'check.md')) as tar:
+        assert sorted(tar.getnames()) == ['logs', 'logs/a.log', 'logs/work_ddp', 'logs/work_ddp/run.log']
