@@ -4,6 +4,7 @@ Example:
     python tools/train.py configs/mask_rcnn_pvtv2_b2.py --work-dir work_dirs/pvtv2 --amp
     python tools/train.py configs/demo/mask_rcnn_pvtv2_b2_demo.py      # built-in demo data
     python tools/train.py CONFIG --resume                            # latest checkpoint
+    python tools/train.py CONFIG --amp --compile     # bf16/fp16, the backbone compiled
     python tools/train.py CONFIG --retain-heap     # CPU: reuse freed memory (fewer page faults)
     bash tools/dist_train.sh configs/fsdp/mask_rcnn_swin_l_fpn_fsdp_1x_coco.py 8  # FSDP
 """
@@ -15,7 +16,8 @@ import sys
 from mmengine.config import Config, DictAction
 
 import mmvit_ext  # noqa: F401  (registers backbones)
-from mmvit_ext.engine import (AtomicSaveRunner, add_run_hooks, amp_on_cpu, init_cpu_distributed,
+from mmvit_ext.engine import (COMPILE_TARGETS, AtomicSaveRunner, add_run_hooks, amp_on_cpu,
+                              apply_compile_choice, compile_backbone, init_cpu_distributed,
                               prepare_cuda_determinism, prepare_strategy)
 from mmvit_ext.utils import retain_freed_memory
 from mmvit_ext.utils.env_check import require_working_environment
@@ -37,6 +39,9 @@ def parse_args() -> argparse.Namespace:
                              'the work dir')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override settings, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--compile', nargs='?', const='backbone', choices=COMPILE_TARGETS,
+                        help='torch.compile the backbone in place (default; options from the '
+                             "config's compile dict) or mmengine's whole train_step ('model')")
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     parser.add_argument('--retain-heap', action='store_true',
@@ -86,11 +91,19 @@ def main() -> None:
     add_run_hooks(cfg, training=True)
     prepare_cuda_determinism(cfg)  # before any CUDA work: cuBLAS reads it once
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
+    compile_options = apply_compile_choice(cfg, args.compile)
     if prepare_strategy(cfg):  # FSDP / DeepSpeed: mmengine's FlexibleRunner
+        if args.compile == 'backbone':
+            sys.exit('error: --compile backbone runs with the plain runner; under a strategy '
+                     '(FSDP / DeepSpeed) use --compile model')
         from mmengine.runner import FlexibleRunner
         runner = FlexibleRunner.from_cfg(cfg)
     else:
         runner = AtomicSaveRunner.from_cfg(cfg)  # checkpoints written atomically
+    if args.compile == 'backbone':
+        backbone = compile_backbone(runner.model, **compile_options)
+        print(f'[compile] {type(backbone).__name__} compiled in place (torch.compile '
+              f'{compile_options or "defaults"}); the first iterations include the compile time')
     with trusted_training_state():  # --resume / load_from: mmengine's training state
         runner.train()
 

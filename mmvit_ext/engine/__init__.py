@@ -1,6 +1,7 @@
 """Training-loop pieces: exact resume (random state in checkpoints), crash-safe saving, training
-state under weights-only loading, FSDP, whole-model mixed precision around mmcv ops,
+state under weights-only loading, FSDP, the backbone compiled, whole-model mixed precision around mmcv ops,
 determinism on CUDA."""
+from .compile import COMPILE_TARGETS, apply_compile_choice, compile_backbone
 from .fsdp import backbone_block_policy, prepare_strategy, strip_wrapper_prefixes
 from .determinism import (DeterminismCheckHook, check_cuda_determinism,
                           nondeterministic_cuda_modules, prepare_cuda_determinism)
@@ -14,4 +15,5 @@ __all__ = ['RandomStateHook', 'TrustedCheckpointHook', 'add_run_hooks', 'Fp32Ops
            'DeterminismCheckHook', 'check_cuda_determinism', 'nondeterministic_cuda_modules',
            'prepare_cuda_determinism', 'AtomicSaveRunner', 'atomic_save_checkpoint',
            'find_resumable_checkpoint', 'init_cpu_distributed', 'backbone_block_policy',
-           'prepare_strategy', 'strip_wrapper_prefixes']
+           'prepare_strategy', 'strip_wrapper_prefixes', 'COMPILE_TARGETS',
+           'apply_compile_choice', 'compile_backbone']
