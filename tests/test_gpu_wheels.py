@@ -1,16 +1,28 @@
-"""tools/build_gpu_wheels.sh: its help, its plan (cache key, CUDA_HOME from nvcc) and its wheel list.
+"""tools/build_gpu_wheels.py (run by tools/build_gpu_wheels.sh): its help, its plan (cache key,
+CUDA_HOME from nvcc), its wheel list, and the pure parts of the build and the rehearsal (the list's
+sets, matching downloads, the manifest, the strip step, the import and training checks).
 
 Nothing here downloads or compiles: the plan is printed before any of that, with a stand-in nvcc.
 """
+import hashlib
 import os
 import re
+import shutil
 import stat
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / 'tools' / 'build_gpu_wheels.sh'
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
+sys.path.insert(0, str(ROOT / 'tools'))
+import build_gpu_wheels  # noqa: E402
+import gpu_rehearsal  # noqa: E402
+import gpu_wheel_set  # noqa: E402
 
 
 def run(*args, env=None):
@@ -48,14 +60,22 @@ def test_help_names_every_option_and_env_var():
                  'XDG_CACHE_HOME'):
         assert word in result.stdout, word
     # every option the parser accepts is in the help
-    parsed = set(re.findall(r'^\s+(--[a-z-]+)\)', SCRIPT.read_text(), re.M))
-    assert parsed and all(opt in result.stdout for opt in parsed), parsed
+    parsed = {opt for action in build_gpu_wheels.build_parser()._actions for opt in action.option_strings}
+    assert {'--out', '--cache', '--rehearse-only', '-h'} <= parsed
+    assert all(opt in result.stdout for opt in parsed), parsed
+
+
+def test_shell_only_bootstraps():
+    """The bash entry point holds no logic: a few lines that exec the Python module."""
+    lines = [ln for ln in SCRIPT.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith('#')]
+    assert len(lines) <= 4 and lines[-1].startswith('exec ') and 'build_gpu_wheels.py' in lines[-1], lines
 
 
 def test_unknown_option_is_refused():
     result = run('--no-such-option')
     assert result.returncode == 2
     assert 'unknown option --no-such-option' in result.stderr
+    assert run('--rehearse', '--rebui').returncode == 2  # no abbreviations
 
 
 def test_plan_keys_the_cache_by_versions_cuda_and_arch(tmp_path):
@@ -107,8 +127,6 @@ def test_wheel_list_matches_the_pinned_stack():
 def test_fatbin_archs_and_arch_list_parsing():
     """tools/mmcv_ext_info.py reads the kernel archs from fatbinary headers: a synthetic one."""
     import struct
-    import sys
-    sys.path.insert(0, str(ROOT / 'tools'))
     from mmcv_ext_info import cuda_launchers, expected_archs, fatbin_archs
 
     def entry(kind, arch, payload=b'\0' * 16):
@@ -125,3 +143,152 @@ def test_fatbin_archs_and_arch_list_parsing():
     assert expected_archs(' 8.6 9.0 ') == {'sm_86', 'sm_90'}
     assert cuda_launchers(b'\0NMSCUDAKernelLauncher\0RoIAlignForwardCUDAKernelLauncher\0'
                           b'NMSCUDAKernelLauncher\0nms_cpu\0') == 2
+
+
+def test_list_parses_into_sets():
+    text = ('# comment mmcv==9 core\n'
+            'torch==2.11.0 image\n'
+            'mmcv==2.1.0 core\n'
+            '\n'
+            'ninja==1.11 build\n'
+            'big-pkg==1.0 extra   # a trailing comment\n'
+            'addict==2.4.0 core\n'
+            'loose==0.1\n')
+    entries = gpu_wheel_set.read_list(text)
+    assert [e.spec for e in entries] == ['torch==2.11.0', 'mmcv==2.1.0', 'ninja==1.11', 'big-pkg==1.0',
+                                         'addict==2.4.0', 'loose==0.1']
+    assert entries[-1].set == ''
+    assert gpu_wheel_set.shipped_sets(entries) == ['core', 'extra']  # first-seen order, no image / build
+    assert gpu_wheel_set.specs_of(entries, 'core') == ['mmcv==2.1.0', 'addict==2.4.0']
+    assert gpu_wheel_set.pinned(entries, 'Torch') == '2.11.0'
+    with pytest.raises(KeyError, match='pins no mmdet'):
+        gpu_wheel_set.pinned(entries, 'mmdet')
+    real = gpu_wheel_set.read_list(LIST.read_text())
+    assert gpu_wheel_set.shipped_sets(real) == ['core']
+    core = gpu_wheel_set.specs_of(real, 'core')
+    assert len(core) == len(re.findall(r'^\S+==\S+ core$', LIST.read_text(), re.M)) and 'mmcv==2.1.0' in core
+
+
+def test_downloaded_wheels_are_matched_to_their_pins(tmp_path):
+    for name in ('importlib_metadata-10.2.0-py3-none-any.whl', 'importlib_metadata-10.1.0-py3-none-any.whl',
+                 'Shapely-2.2.0-cp312-cp312-manylinux_2_28_x86_64.whl', 'mmcv_full-2.1.0-py3-none-any.whl'):
+        (tmp_path / name).write_bytes(b'')
+    find = gpu_wheel_set.find_wheel_file
+    hit = find(tmp_path, gpu_wheel_set.Entry('importlib-metadata', '10.2.0', 'core'))
+    assert hit.name == 'importlib_metadata-10.2.0-py3-none-any.whl'
+    shapely = gpu_wheel_set.Entry('shapely', '2.2.0', 'core')
+    assert find(tmp_path, shapely).name.startswith('Shapely-2.2.0-cp312')
+    assert find(tmp_path, shapely, pure_only=True) is None  # a built fallback must be py3-none-any
+    assert find(tmp_path, gpu_wheel_set.Entry('mmcv', '2.1.0', 'core')) is None
+
+
+def test_requirements_and_manifest_of_dummy_wheels(tmp_path):
+    entries = gpu_wheel_set.read_list('a==1 core\nb==2 core\nc==3 extra\ntorch==2 image\n')
+    wheels = {'core/a-1-py3-none-any.whl': b'x' * 1000, 'core/b-2-py3-none-any.whl': b'y' * 48576,
+              'extra/c-3-py3-none-any.whl': b'z' * 1048576}
+    for rel, data in wheels.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    gpu_wheel_set.write_requirements(tmp_path, entries, ['core', 'extra'])
+    assert (tmp_path / 'core' / 'requirements.txt').read_text() == 'a==1\nb==2\n'
+    assert (tmp_path / 'requirements.txt').read_text() == 'a==1\nb==2\nc==3\n'
+    text = gpu_wheel_set.write_manifest(tmp_path, ['core', 'extra'], ['GPU wheel set: test'])
+    assert text == (tmp_path / 'MANIFEST.txt').read_text()
+    lines = text.splitlines()
+    assert lines[0] == '# GPU wheel set: test'
+    assert '--find-links .whl/core --find-links .whl/extra -r .whl/requirements.txt' in lines[2]
+    for rel, data in wheels.items():
+        assert f'{rel}  {len(data)}  {hashlib.sha256(data).hexdigest()}' in lines
+    assert '## set core total: 49576 bytes (0.0 MiB)' in lines
+    assert '## set extra total: 1048576 bytes (1.0 MiB)' in lines
+    assert lines[-1] == '## total: 1098152 bytes (1.0 MiB)'
+    assert [ln for ln in lines if ln.startswith('## set')] == [
+        '## set core', '## set core total: 49576 bytes (0.0 MiB)',
+        '## set extra', '## set extra total: 1048576 bytes (1.0 MiB)']
+
+
+def test_pip_noise_is_dropped():
+    stderr = ('WARNING: Location \'file:///x\' is ignored: it is neither a file nor a directory.\n'
+              "ERROR: pip's dependency resolver does not currently take into account ...\n"
+              'ERROR: No matching distribution found for mmcv==9\n')
+    assert gpu_wheel_set.without_pip_noise(stderr) == 'ERROR: No matching distribution found for mmcv==9\n'
+
+
+def test_import_check_reports_every_failure():
+    def fake_import(name):
+        if name == 'mmcv._ext':
+            raise ImportError('libcudart.so.13: cannot open shared object file')
+        if name == 'mmdet.models':
+            raise RuntimeError('transformers 5')
+    modules = ('cv2', 'mmcv._ext', 'mmdet.models', 'mmvit_ext')
+    failures = gpu_rehearsal.import_failures(modules, fake_import)
+    assert failures == ['mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
+                        'mmdet.models: RuntimeError: transformers 5']
+    assert gpu_rehearsal.imports_report(modules, failures).splitlines() == [
+        'REHEARSE imports 2/4 ok',
+        '  mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
+        '  mmdet.models: RuntimeError: transformers 5']
+    assert gpu_rehearsal.imports_report(modules, []) == 'REHEARSE imports 4/4 ok'
+    real = gpu_rehearsal.import_failures(['json', 'no_such_module_here'])
+    assert len(real) == 1 and real[0].startswith('no_such_module_here: ModuleNotFoundError')
+
+
+def test_upernet_check_wants_two_finite_losses_and_one_miou(tmp_path):
+    rows = [{'loss': 3.14159, 'iter': 1}, {'loss': 2.5, 'iter': 2}, {'mIoU': 0.5, 'step': 2}]
+    line, ok = gpu_rehearsal.upernet_verdict(rows)
+    assert ok and line == 'REHEARSE UperNet Swin-T 2 iterations, losses [3.142, 2.5], val mIoU [0.5]: ok'
+    assert not gpu_rehearsal.upernet_verdict([{'loss': float('nan')}, *rows[1:]])[1]
+    assert not gpu_rehearsal.upernet_verdict(rows[:2])[1]  # no validation
+    log = tmp_path / '20261126_000000' / 'vis_data' / 'scalars.json'
+    log.parent.mkdir(parents=True)
+    log.write_text(''.join(f'{__import__("json").dumps(r)}\n' for r in rows))
+    assert gpu_rehearsal.check_upernet_log(tmp_path) == 0
+    assert gpu_rehearsal.check_upernet_log(tmp_path / 'missing') == 1
+
+
+def test_gpu_check_report_rows():
+    report = ('# GPU check\n| backbone | ms |\n|---|---|\n| step | status |\n| pvt_v2_b0 | 12.5 |\n'
+              '| ops | ok |\nplain text\n')
+    assert gpu_rehearsal.gpu_check_rows(report) == ['| pvt_v2_b0 | 12.5 |', '| ops | ok |']
+
+
+@pytest.mark.skipif(not shutil.which('strip'), reason='needs binutils strip')
+def test_strip_step_keeps_the_wheel_whole(tmp_path):
+    """wheel unpack, strip --strip-debug of mmcv/_ext*.so, wheel pack: same files, a valid RECORD."""
+    lib = next(Path(sys.base_prefix).glob('lib/python3*/lib-dynload/*.so'))
+    tree = tmp_path / 'src' / 'mmcv-2.1.0'
+    (tree / 'mmcv').mkdir(parents=True)
+    (tree / 'mmcv' / '__init__.py').write_text('')
+    shutil.copy(lib, tree / 'mmcv' / '_ext.cpython-312-x86_64-linux-gnu.so')
+    info = tree / 'mmcv-2.1.0.dist-info'
+    info.mkdir()
+    (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: mmcv\nVersion: 2.1.0\n')
+    (info / 'WHEEL').write_text('Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n'
+                                'Tag: cp312-cp312-linux_x86_64\n')
+    (info / 'RECORD').write_text('')
+    python = Path(sys.executable)
+    (tmp_path / 'raw').mkdir()
+    subprocess.run([str(python), '-m', 'wheel', 'pack', str(tree), '-d', str(tmp_path / 'raw')],
+                   check=True, capture_output=True)
+    raw = next((tmp_path / 'raw').glob('*.whl'))
+    stripped = build_gpu_wheels.strip_wheel(python, raw, tmp_path / 'work')
+    assert stripped.name == raw.name == 'mmcv-2.1.0-cp312-cp312-linux_x86_64.whl'
+    with zipfile.ZipFile(raw) as before, zipfile.ZipFile(stripped) as after:
+        assert sorted(before.namelist()) == sorted(after.namelist())
+        so = 'mmcv/_ext.cpython-312-x86_64-linux-gnu.so'
+        assert 0 < after.getinfo(so).file_size <= before.getinfo(so).file_size
+        assert so in after.read('mmcv-2.1.0.dist-info/RECORD').decode()
+
+
+def test_plan_from_options_and_environment(tmp_path):
+    nvcc = fake_nvcc(tmp_path, release='13.0')
+    args = build_gpu_wheels.parse_args(['--out', 'rel_out', '--cache', str(tmp_path / 'c'), '--rebuild'])
+    plan = build_gpu_wheels.make_plan(args, {'NVCC': str(nvcc), 'MAX_JOBS': '5', 'PATH': ''})
+    assert plan.out == Path.cwd() / 'rel_out' and plan.rebuild and plan.jobs == 5 and plan.arch == '9.0'
+    assert plan.key == 'mmcv2.1.0-torch2.11.0-cu13.0-py312-sm9.0'
+    assert plan.build_specs() == ['torch==2.11.0', 'numpy>=2,<3', 'setuptools<70', 'wheel', 'ninja']
+    assert plan.build_venv == tmp_path / 'c' / 'venv-build' and plan.sets == ['core']
+    bare = build_gpu_wheels.make_plan(build_gpu_wheels.parse_args([]),
+                                      {'XDG_CACHE_HOME': str(tmp_path / 'x'), 'PATH': ''})
+    assert bare.cuda == 'none' and bare.cuda_root is None and bare.nvcc is None
+    assert bare.cache == tmp_path / 'x' / 'mmvit_ext' / 'gpu_build' and bare.out == ROOT / '.whl'

@@ -1,6 +1,6 @@
 """What a built ``mmcv._ext`` holds: the CUDA version it was compiled for, the GPU archs of its
 kernels (read from the fatbinary headers in the shared object, so no cuobjdump and no GPU are
-needed) and the number of CUDA kernel launchers. Used by tools/build_gpu_wheels.sh.
+needed) and the number of CUDA kernel launchers. Used by tools/build_gpu_wheels.py and its rehearsal.
 
 Example:
     python tools/mmcv_ext_info.py --expect-cuda 13.0 --expect-arch '9.0'
