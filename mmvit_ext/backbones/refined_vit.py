@@ -95,7 +95,9 @@ class RefinedViT(PlainViTBase):
             this process's batch only: a Refiner made SyncBatchNorm (mmengine ``sync_bn``) is
             refused in training with one line; use ``recompute_maps=False`` there. The
             Refiners count a batch in their running statistics once per forward, also when
-            ``with_cp`` recomputes their blocks in backward.
+            ``with_cp`` recomputes their blocks in backward. At inference (frozen norms) the
+            Refiners run folded, a band of map rows at a time, never holding the expanded maps
+            whole (:class:`~mmvit_ext.layers.RefinerMap`); nothing to set.
     """
 
     family = 'refiner'

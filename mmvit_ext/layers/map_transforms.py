@@ -5,13 +5,13 @@
 * :class:`TalkingHeads` (CaiT): a linear H x H head mixing, before (logits) or after the softmax.
 * :class:`RefinerMap` (Refined-ViT): expand H maps to r*H (1x1 conv), a depthwise k x k conv on
   every expanded map (distributed local attention), reduce back to H (1x1 conv), residual, then
-  BatchNorm over heads and ``scale``.
+  BatchNorm over heads and ``scale``; with frozen norms, folded and a band of map rows at a time.
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -24,13 +24,23 @@ from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform, fold_leading
 
 
 def _mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``out_g = sum_h W[g, h] attn_h + b_g`` over the head axis of (..., H, N, M) maps."""
-    maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
-    batch, heads = maps.shape[:2]
+    """``out_g = sum_h W[g, h] attn_h + b_g`` over the head axis of (..., H, N, M) maps: a 1x1
+    convolution over heads (G x H ``weight``) as a batched matmul, (..., G, N, M) out."""
+    maps = fold_leading(attn)  # (prod(...), H, N, M); rows of a map may be a slice of it
+    batch, groups = maps.shape[0], weight.shape[0]
     flat = maps.flatten(2)
-    out = torch.baddbmm(bias.to(flat.dtype).view(1, heads, 1).expand(batch, heads, flat.shape[2]),
-                        weight.to(flat.dtype).expand(batch, heads, heads), flat)
-    return out.view(attn.shape)
+    out = torch.baddbmm(bias.to(flat.dtype).view(1, groups, 1).expand(batch, groups, flat.shape[2]),
+                        weight.to(flat.dtype).expand(batch, *weight.shape), flat)
+    return out.view(*attn.shape[:-3], groups, *attn.shape[-2:])
+
+
+def _bn_affine(norm: nn.BatchNorm2d) -> Tuple[torch.Tensor, torch.Tensor]:
+    """An inference BatchNorm (running statistics) as ``x * gain + shift`` per channel."""
+    gain = torch.rsqrt(norm.running_var + norm.eps)
+    if norm.weight is not None:
+        gain = gain * norm.weight
+    shift = -norm.running_mean * gain
+    return gain, shift if norm.bias is None else shift + norm.bias
 
 
 class ReAttention(MapTransform):
@@ -57,9 +67,9 @@ class ReAttention(MapTransform):
             out = _mix_heads(maps, weight, self.mix.bias)
             return (self.norm(out) * self.scale).reshape(attn.shape)
         # inference: BatchNorm and the output scale folded into the mixing weights and bias
-        gain = self.norm.weight * torch.rsqrt(self.norm.running_var + self.norm.eps)
+        gain, shift = _bn_affine(self.norm)
         weight = weight * (gain * self.scale)[:, None]
-        bias = ((self.mix.bias - self.norm.running_mean) * gain + self.norm.bias) * self.scale
+        bias = (self.mix.bias * gain + shift) * self.scale
         return _mix_heads(attn, weight, bias)
 
 
@@ -94,12 +104,21 @@ class RefinerMap(MapTransform):
             expanded channel has its own BatchNorm statistics, so the groups are exact; a
             recomputation normalises with the batch statistics, as the forward did, without
             counting the batch in the running statistics again. This path calls the inner
-            layers' weights functionally: hooks on them fire only without it (inference,
-            ``recompute=False``). Its statistics are this process's batch only, so a Refiner
+            layers' weights functionally: hooks on them fire only with ``recompute=False``
+            and training norms. Its statistics are this process's batch only, so a Refiner
             whose norms were made SyncBatchNorm (mmengine's ``sync_bn``,
             ``convert_sync_batchnorm``), or any norm other than plain BatchNorm, is refused in
             training with one line: build with ``recompute=False`` (RefinedViT
             ``recompute_maps=False``), whose modules synchronise as configured.
+
+    With frozen norms (inference, or ``norm_eval`` outside the recompute) the Refiner runs
+    folded: each BatchNorm is an affine map folded into its convolution (and ``scale`` into the
+    last), the map's rows are refined a band at a time (``REFINER_BAND_BYTES`` of expanded maps,
+    each band with the k // 2 rows around it that the local convolution reads) and the local
+    convolution is its k*k taps, each a multiply-add over the band. Equal to the modules up to
+    rounding (tests/test_refiner_inference.py); the r*H expanded maps never exist whole, and
+    the depthwise convolution over N x M maps, slow as a convolution on CPU, is a few passes
+    over cached bands. Its inner modules' hooks do not fire there.
     """
 
     stage = POST_SOFTMAX
@@ -133,9 +152,17 @@ class RefinerMap(MapTransform):
                 and not torch_compat.is_compiling()):
             self._check_plain_norms()
             out = self._refine_recomputed(maps, count)
+        elif self._norms_frozen():
+            out = self._refine_folded(maps)
         else:
             out = self._refine(maps, count)
         return out.reshape(attn.shape)
+
+    def _norms_frozen(self) -> bool:
+        """Every norm normalises with its running statistics (inference, or ``norm_eval``)."""
+        return all(not norm.training and getattr(norm, 'running_mean', None) is not None
+                   for norm in (getattr(self, 'bn1', None), self.bn2, self.bn3, self.adapt_bn)
+                   if norm is not None)
 
     def _check_plain_norms(self) -> None:
         """The recompute reproduces BatchNorm's own forward per channel group; refuse others."""
@@ -160,6 +187,67 @@ class RefinerMap(MapTransform):
         x = F.relu6(norm(self.bn2, self.depth_sep_conv(x)), inplace=True)
         x = norm(self.bn3, self.conv_pro(x)) + maps
         return norm(self.adapt_bn, x) * self.scale
+
+    def _refine_folded(self, maps: torch.Tensor) -> torch.Tensor:
+        """:meth:`_refine` with frozen norms, on folded maps (B, H, N, M): the norms and
+        ``scale`` folded into the convolutions, the map's rows taken a band at a time (each
+        band with the ``k // 2`` rows around it that its local convolution reads), so that the
+        r*H expanded maps exist for one band only, small enough to stay in cache; the local
+        convolution is its k*k taps, each one multiply-add over the band."""
+        folded = self._folded_weights(maps.dtype)
+        pad = self.depth_sep_conv.padding[0]
+        n = maps.shape[-2]
+        row_bytes = maps.shape[0] * self.depth_sep_conv.out_channels * maps.shape[-1] \
+            * maps.element_size()
+        rows = max(1, REFINER_BAND_BYTES // row_bytes)
+        if torch_compat.is_compiling() or torch_compat.is_exporting() or rows >= n:
+            return self._refine_band(maps, maps, (pad, pad), folded)  # one band: symbolic sizes
+        out = torch.empty_like(maps)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            low, high = max(start - pad, 0), min(stop + pad, n)
+            out[:, :, start:stop] = self._refine_band(
+                maps[:, :, low:high], maps[:, :, start:stop],
+                (pad - (start - low), pad - (high - stop)), folded)
+        return out
+
+    def _folded_weights(self, dtype: torch.dtype) -> Tuple[Optional[torch.Tensor], ...]:
+        """Inference weights: expansion (r*H x H) and its bias, the local convolution's taps
+        (k, k, r*H, 1, 1) and bias, reduction (H x r*H) and bias, the residual's gain (H, 1, 1):
+        ``out = reduce(local(expand(maps))) + gain * maps``, BatchNorms and ``scale`` in them."""
+        expand = expand_bias = None
+        if self.expand:
+            gain1, expand_bias = _bn_affine(self.bn1)
+            expand = self.conv_exp.weight.flatten(1) * gain1[:, None]
+        gain2, local_bias = _bn_affine(self.bn2)
+        taps = (self.depth_sep_conv.weight[:, 0] * gain2[:, None, None]).permute(1, 2, 0)
+        gain3, shift3 = _bn_affine(self.bn3)
+        gain_out, shift_out = _bn_affine(self.adapt_bn)
+        residual = gain_out * self.scale  # adapt_bn(bn3(reduced) + maps) * scale
+        reduce = self.conv_pro.weight.flatten(1) * (gain3 * residual)[:, None]
+        reduce_bias = (shift3 * gain_out + shift_out) * self.scale
+        return (expand, expand_bias, taps[..., None, None].to(dtype),
+                local_bias[:, None, None].to(dtype), reduce, reduce_bias,
+                residual[:, None, None].to(dtype))
+
+    def _refine_band(self, band: torch.Tensor, rows: torch.Tensor, pads: Tuple[int, int],
+                     folded: Tuple[Optional[torch.Tensor], ...]) -> torch.Tensor:
+        """The folded Refiner's output for input ``rows`` (B, H, R, M), from ``band``: those rows
+        with the neighbours the local convolution reads, short of ``pads`` (top, bottom) rows of
+        k // 2 each at the map's edges, where the convolution reads zeros."""
+        expand, expand_bias, taps, local_bias, reduce, reduce_bias, residual = folded
+        x = F.relu6(_mix_heads(band, expand, expand_bias), inplace=True) if self.expand else band
+        center = taps.shape[0] // 2
+        # the centre tap covers every output; each other one the outputs whose input is inside
+        local = torch.addcmul(local_bias, _tap(x, center, center, pads, center),
+                              taps[center, center])
+        for i in range(taps.shape[0]):
+            for j in range(taps.shape[1]):
+                if (i, j) != (center, center):
+                    _tap(local, i, j, pads, center, out=True).addcmul_(
+                        _tap(x, i, j, pads, center), taps[i, j])
+        local = F.relu6(local, inplace=True)
+        return _mix_heads(local, reduce, reduce_bias).addcmul_(rows, residual)
 
     def _refine_recomputed(self, maps: torch.Tensor, count: bool = True) -> torch.Tensor:
         """:meth:`_refine` with the expanded maps made H channels at a time, each group
@@ -202,6 +290,25 @@ class RefinerMap(MapTransform):
 
 
 _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
+
+# bytes of expanded maps (r*H channels) one band of the frozen-norm Refiner holds: within a
+# last-level cache, yet few enough bands (ops) that a busy machine's thread waits stay small
+REFINER_BAND_BYTES = 32 * 2 ** 20
+
+
+def _tap(x: torch.Tensor, i: int, j: int, pads: Tuple[int, int], half: int, out: bool = False
+         ) -> torch.Tensor:
+    """The part of a band's (..., rows, M) input (``out=False``) or output (``out=True``) that
+    kernel tap (i, j) of a "same" k x k convolution (k = 2 * half + 1) joins: input row
+    ``o + i - half`` feeds output row ``o``, the band's input missing ``pads`` (top, bottom)
+    rows of ``half`` each and the columns' ``half`` zeros. Slices from both ends, no sizes."""
+    def part(offset: int, before: int, after: int) -> slice:
+        if out:
+            start, stop = offset - before, offset + after - 2 * half
+        else:
+            start, stop = before - offset, 2 * half - after - offset
+        return slice(max(-start, 0), -max(stop, 0) or None)
+    return x[..., part(i, pads[0], pads[1]), part(j, half, half)]
 
 
 _marked = threading.local()
