@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools'))
 import gpu_check  # noqa: E402
 
-STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'ladder']
+STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'ladder']
 
 
-def _run(*args, env=None, timeout=1200):
+def _run(*args, env=None, timeout=2400):
     env = {**os.environ, 'PYTHON': sys.executable, 'OMP_NUM_THREADS': '2', **(env or {})}
     return subprocess.run(['bash', 'tools/gpu_check.sh', *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -47,11 +47,15 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     rows = [line.split(' | ')[0][2:] for line in table.splitlines() if line.startswith('| ')
             and line.split(' | ')[1:2] == ['ok']]
     assert [r.split(' ')[0] for r in rows] == ['probe', 'contract', 'contract', 'contract',
-                                              'amp-train', 'ddp', 'fsdp', 'bench', 'ladder']
+                                              'amp-train', 'ddp', 'fsdp', 'bench', 'detector',
+                                              'detector', 'ladder']
     assert 'PROBE cpu: 4 ops ok' in table
     for dtype in ('fp32', 'bf16', 'fp16'):
         assert f'CONTRACT cpu {dtype}: {len(family_classes())} families ok' in table
     assert table.count('TRAIN 2 iterations') == 3 and 'NOT finite' not in table
+    for name in ('Swin-T', 'PVTv2-b2'):
+        assert re.search(rf'SUMMARY {name} fp32 b1 64x64 ours=[0-9.]+ img/s mmdet=[0-9.]+ img/s '
+                         r'ours/mmdet=[0-9.]+', table), name
     assert '| ours | fp32 | `False` |' in table and '| mmdet | fp32 | `True` |' in table
     with tarfile.open(tmp_path / 'check_logs.tar.gz') as tar:
         names = tar.getnames()
@@ -133,6 +137,7 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
         'probe ops', 'contract fp32', 'contract bf16', 'contract fp16',
         'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
         'fsdp 1 process bf16 params Mask R-CNN PVTv2-b2', 'bench bf16 pvtv2:b0 b1 64x64',
+        'detector Mask R-CNN Swin-T b1 64x64', 'detector Mask R-CNN PVTv2-b2 b1 64x64',
         'ladder Swin-T 96x128']
     assert rows[0].log_name == 'probe_ops.log' and rows[7].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
     ddp = rows[5]
@@ -145,6 +150,11 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     assert [row.name for row in gpu_check.STEPS['bench'].rows(cuda)] == [
         'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344']
     assert len(gpu_check.STEPS['amp-train'].rows(cuda)) == 2
+    swin = gpu_check.STEPS['detector'].rows(cuda)[0]
+    assert swin.name == 'detector Mask R-CNN Swin-T b2 800x1333'
+    assert swin.argv[1:] == ('tools/analysis/detector_speed.py', 'configs/mask_rcnn_swin_t_fpn_1x_coco.py',
+                             '--device', 'cuda', '--batch', '2', '--size', '800', '1333', '--dtype',
+                             'bf16', '--warmup', '2', '--repeat', '5', '--name', 'Swin-T')
 
 
 def test_install_uses_carried_sets_else_the_mmcv_recipe(tmp_path, monkeypatch):

@@ -49,19 +49,33 @@ class Settings:
     bench_size: Tuple[int, int]
     bench_batch: int
     bench_args: Tuple[str, ...]          # warmup, repeat and the peers
+    detector_batch: int
+    detector_size: Tuple[int, int]
+    detector_args: Tuple[str, ...]       # dtype, warmup, repeat
     ladder_name: str
     ladder_args: Tuple[str, ...]
 
 
 def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     if device == 'cuda':
-        return Settings(800, False, ('bfloat16', 'float16'), ('swin:tiny', 'pvtv2:b2'), (800, 1344),
-                        int(env.get('BENCH_BATCH') or 8), ('--warmup', '2', '--repeat', '5', '--compare'),
-                        'ladder Swin-L 800x1333',
-                        ('--arch', 'large', '--size', '800', '1333', '--repeat', '3'))
-    return Settings(64, True, ('bfloat16',), ('pvtv2:b0',), (64, 64), 1,
-                    ('--warmup', '0', '--repeat', '1', '--peak-size', '256'), 'ladder Swin-T 96x128',
-                    ('--arch', 'tiny', '--size', '96', '128', '--warmup', '0', '--rows',
+        return Settings(
+            train_size=800, deterministic=False, amp_dtypes=('bfloat16', 'float16'),
+            bench_models=('swin:tiny', 'pvtv2:b2'), bench_size=(800, 1344),
+            bench_batch=int(env.get('BENCH_BATCH') or 8),
+            bench_args=('--warmup', '2', '--repeat', '5', '--compare'),
+            detector_batch=2, detector_size=(800, 1333),
+            detector_args=('--dtype', 'bf16', '--warmup', '2', '--repeat', '5'),
+            ladder_name='ladder Swin-L 800x1333',
+            ladder_args=('--arch', 'large', '--size', '800', '1333', '--repeat', '3'))
+    return Settings(
+        train_size=64, deterministic=True, amp_dtypes=('bfloat16',),
+        bench_models=('pvtv2:b0',), bench_size=(64, 64), bench_batch=1,
+        bench_args=('--warmup', '0', '--repeat', '1', '--peak-size', '256'),
+        # fp32: a whole detector under bf16 autocast takes minutes a step on CPU
+        detector_batch=1, detector_size=(64, 64),
+        detector_args=('--dtype', 'fp32', '--warmup', '0', '--repeat', '1'),
+        ladder_name='ladder Swin-T 96x128',
+        ladder_args=('--arch', 'tiny', '--size', '96', '128', '--warmup', '0', '--rows',
                      'ours:fp32:False', "ours:fp32:'attn'", 'mmdet:fp32:True'))
 
 
@@ -167,6 +181,19 @@ def bench_rows(check: Check) -> List[Row]:
             for model in s.bench_models]
 
 
+DETECTORS = {'Swin-T': 'configs/mask_rcnn_swin_t_fpn_1x_coco.py', 'PVTv2-b2': 'configs/mask_rcnn_pvtv2_b2.py'}
+
+
+def detector_rows(check: Check) -> List[Row]:
+    s = check.settings
+    height, width = s.detector_size
+    return [Row(f'detector Mask R-CNN {name} b{s.detector_batch} {height}x{width}',
+                (check.python, 'tools/analysis/detector_speed.py', config, '--device', check.device,
+                 '--batch', str(s.detector_batch), '--size', str(height), str(width),
+                 *s.detector_args, '--name', name))
+            for name, config in DETECTORS.items()]
+
+
 def ladder_rows(check: Check) -> List[Row]:
     s = check.settings
     return [Row(s.ladder_name, (check.python, 'tools/analysis/memory_ladder.py', '--device',
@@ -193,6 +220,8 @@ STEPS: Dict[str, Step] = {
                  fsdp_rows),
     'bench': Step('bf16 fwd+bwd, 800x1344, Swin-T and PVTv2-b2 against mmdet and timm (benchmark.py)',
                   bench_rows),
+    'detector': Step("Mask R-CNN training step, bf16, b2, 800x1333: Swin-T / PVTv2-b2, ours vs mmdet's",
+                     detector_rows),
     'ladder': Step('the Swin-L memory ladder, 800x1333, ours and mmdet at equal dtypes (memory_ladder.py)',
                    ladder_rows),
 }
