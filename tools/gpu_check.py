@@ -1,4 +1,5 @@
-"""The GPU check in one call (<= 6 min on an H100; run by ``bash tools/gpu_check.sh``).
+"""The GPU check in one call (run by ``bash tools/gpu_check.sh``; about 6 min on an H100 before
+the detector step was added, which is not yet timed on a GPU).
 
 Installs what is missing from carried wheels, then runs each step in its own process (a failure
 or an OOM costs only its own row) and writes one markdown table (--out, rewritten before every
