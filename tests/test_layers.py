@@ -222,6 +222,22 @@ def test_sdpa_folds_windows_into_the_batch_axis(monkeypatch):
     torch.testing.assert_close(out, per_window, atol=1e-6, rtol=0)
 
 
+def test_sdpa_broadcasts_a_bias_shared_by_every_window(monkeypatch):
+    """A per-head bias (Swin's position bias outside shifted blocks) reaches the kernel as it is,
+    broadcast over batch x windows, never copied per window."""
+    masks = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, 'scaled_dot_product_attention',
+                        lambda q, k, v, attn_mask=None, **kw: masks.append(attn_mask)
+                        or real(q, k, v, attn_mask=attn_mask, **kw))
+    q, k, v = (torch.randn(2, 5, 3, 9, 4) for _ in range(3))
+    bias = torch.randn(3, 9, 9)
+    out = scaled_dot_product_attention(q, k, v, bias)
+    assert masks[0].data_ptr() == bias.data_ptr() and masks[0].shape == (3, 9, 9)
+    want = torch.softmax(q @ k.transpose(-1, -2) * 4 ** -0.5 + bias, -1) @ v
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize('mode', ['bicubic', 'bilinear'])
 @pytest.mark.parametrize('src,dst', [((14, 14), (20, 33)), ((7, 9), (3, 4)), ((5, 5), (5, 5))])
 def test_resize_grid_equals_interpolate(mode, src, dst):

@@ -72,14 +72,15 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """softmax(q k^T * scale + bias) v for q (..., H, N, d), k / v (..., H, M, d).
 
     ``attn_bias`` broadcasts to (..., H, N, M). Leading dimensions beyond one are folded into
-    the batch axis (a per-window bias is expanded over the batch for that).
+    the batch axis: a per-window bias (4+ dims) is expanded over the batch for that, a bias of
+    at most (H, N, M) broadcasts over it as it is (no batch x windows copy).
     """
     lead = q.shape[:-3]
     attn_bias = sum_bias(attn_bias)
     if attn_bias is not None and attn_bias.dtype not in (q.dtype, torch.bool):
         attn_bias = attn_bias.to(q.dtype)  # autocast: the fused kernels take one dtype
     if len(lead) != 1:
-        if attn_bias is not None:
+        if attn_bias is not None and attn_bias.dim() > 3:  # per window: one copy per image
             attn_bias = fold_leading(attn_bias.expand(*lead, *attn_bias.shape[-3:]))
         q, k, v = fold_leading(q), fold_leading(k), fold_leading(v)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
