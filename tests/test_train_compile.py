@@ -12,26 +12,9 @@ from mmengine.config import Config
 from mmvit_ext.datasets.synthetic_shapes import generate_demo_coco
 from mmvit_ext.engine import apply_compile_choice, compile_backbone
 from mmvit_ext.utils.safe_checkpoint import trusted_training_state
+from tiny_demo import CONFIG  # tests/ is on the path (conftest)
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = """
-_base_ = '{base}'
-data_root = '{data}/'
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, embed_dims=(16, 32, 40, 64), depths=(1, 1, 1, 1),
-                            num_heads=(1, 2, 5, 8))),
-    neck=dict(in_channels=[16, 32, 40, 64], out_channels=32),
-    rpn_head=dict(in_channels=32, feat_channels=32),
-    roi_head=dict(bbox_roi_extractor=dict(out_channels=32),
-                  bbox_head=dict(in_channels=32, fc_out_channels=64),
-                  mask_roi_extractor=dict(out_channels=32),
-                  mask_head=dict(in_channels=32, conv_out_channels=32)))
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root))
-val_dataloader = val_cfg = val_evaluator = test_dataloader = test_cfg = test_evaluator = None
-train_cfg = dict(max_epochs=1, val_interval=100)
-default_hooks = dict(checkpoint=dict(interval=1), logger=dict(interval=1))
-"""
 
 
 def test_compile_choice_sets_the_config():
@@ -76,7 +59,8 @@ def test_train_tool_compiles_the_backbone(tmp_path):
                                     data=tmp_path / 'shapes'))
     work = tmp_path / 'work'
     run = subprocess.run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(work),
-                          '--compile', '--cfg-options', 'compile.backend=aot_eager'],
+                          '--compile', '--cfg-options', 'compile.backend=aot_eager',
+                          'train_cfg.max_epochs=1'],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert "[compile] PyramidVisionTransformerV2 compiled in place (torch.compile {'backend': " \
