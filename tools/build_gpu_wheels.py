@@ -14,7 +14,6 @@ library only (it runs on the machine's python3).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shlex
 import shutil
@@ -28,6 +27,7 @@ from typing import List, Mapping, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_wheel_set as wheel_set  # noqa: E402
 import mmcv_build  # noqa: E402
+import setup_env  # noqa: E402
 from gpu_rehearsal import rehearse  # noqa: E402
 from gpu_wheel_set import pip  # noqa: E402
 
@@ -146,16 +146,11 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
 
 
 def find_python312(env: Mapping[str, str] = os.environ) -> str:
-    """$PYTHON312, else python3.12 on the PATH, else pyenv's."""
-    if env.get('PYTHON312'):
-        return env['PYTHON312']
-    pyenv = sorted(glob.glob(os.path.expanduser('~/.pyenv/versions/3.12*/bin/python3.12')))
-    for candidate in (shutil.which('python3.12'), *pyenv):
-        if candidate and os.access(candidate, os.X_OK) and subprocess.run(
-                [candidate, '-c', 'import sys; assert sys.version_info[:2] == (3, 12)'],
-                capture_output=True).returncode == 0:
-            return candidate
-    raise BuildError('no CPython 3.12 found (set PYTHON312)')
+    """$PYTHON312, else python3.12 on the PATH, else pyenv's (setup_env's lookup)."""
+    try:
+        return setup_env.find_python('3.12', {**env, 'PYTHON': env.get('PYTHON312', '')})
+    except SystemExit:
+        raise BuildError('no CPython 3.12 found (set PYTHON312)') from None
 
 
 def make_venv(python312: str, venv: Path, specs: Sequence[str]) -> Path:
