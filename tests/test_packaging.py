@@ -217,7 +217,7 @@ def test_pip_install_of_the_wheel_changes_nothing_the_user_has(wheel, tmp_path):
 
 def test_floors_are_the_oldest_tested_stack(metadata):
     """setup.py's floors (Python, torch) are requirements/oldest.txt's, which
-    ``tools/test_stack.sh oldest`` tests (by hand: CI runs the newest stack); its numpy is inside
+    ``tools/test_stack.sh oldest`` tests (by hand, like the newest); its numpy is inside
     setup.py's bound."""
     oldest = (ROOT / 'requirements' / 'oldest.txt').read_text()
     pins = dict(re.findall(r'^([\w-]+)==(\S+)', oldest, re.M))

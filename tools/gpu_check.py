@@ -45,6 +45,7 @@ class Settings:
 
     train_size: int
     deterministic: bool
+    train_validates: bool                # the val loop after the epoch (minutes on CPU)
     amp_dtypes: Tuple[str, ...]          # CPU AMP is bf16 only (CpuAmpOptimWrapper)
     bench_models: Tuple[str, ...]
     bench_size: Tuple[int, int]
@@ -60,7 +61,7 @@ class Settings:
 def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     if device == 'cuda':
         return Settings(
-            train_size=800, deterministic=False, amp_dtypes=('bfloat16', 'float16'),
+            train_size=800, deterministic=False, train_validates=True, amp_dtypes=('bfloat16', 'float16'),
             bench_models=('swin:tiny', 'pvtv2:b2'), bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
             bench_args=('--warmup', '2', '--repeat', '5', '--compare'),
@@ -69,7 +70,7 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
             ladder_name='ladder Swin-L 800x1333',
             ladder_args=('--arch', 'large', '--size', '800', '1333', '--repeat', '3'))
     return Settings(
-        train_size=64, deterministic=True, amp_dtypes=('bfloat16',),
+        train_size=64, deterministic=True, train_validates=False, amp_dtypes=('bfloat16',),
         bench_models=('pvtv2:b0',), bench_size=(64, 64), bench_batch=1,
         bench_args=('--warmup', '0', '--repeat', '1', '--peak-size', '256'),
         # fp32: a whole detector under bf16 autocast takes minutes a step on CPU
@@ -124,7 +125,7 @@ class Check:
 
 def train_row(check: Check, name: str, work: str, launch: Sequence[str],
               extra: Sequence[str] = (), options: Sequence[str] = ()) -> Row:
-    """2 iterations (batch 2) of the demo Mask R-CNN PVTv2-b2 on the demo data."""
+    """2 iterations (batch 2) of the demo Mask R-CNN PVTv2-b2 on the demo data, then (CUDA) its val."""
     data, size = f'{check.data}/', check.settings.train_size
     argv = (*launch, 'tools/train.py', TRAIN_CONFIG, '--work-dir', str(check.logs / f'work_{work}'),
             *extra, '--cfg-options', f'data_root={data}', f'train_dataloader.dataset.data_root={data}',
@@ -135,7 +136,9 @@ def train_row(check: Check, name: str, work: str, launch: Sequence[str],
             'train_cfg.val_interval=100', 'train_dataloader.batch_size=2',
             'train_dataloader.num_workers=0', 'default_hooks.logger.interval=1',
             'default_hooks.checkpoint.interval=100', 'default_hooks.checkpoint.save_last=False',
-            f'randomness.deterministic={check.settings.deterministic}', *options)
+            f'randomness.deterministic={check.settings.deterministic}',
+            # mmengine validates after the last epoch unless it comes before val_begin
+            *(() if check.settings.train_validates else ('train_cfg.val_begin=2',)), *options)
     return Row(name, argv, check.logs / f'work_{work}')
 
 

@@ -1,8 +1,8 @@
-"""A tested stack beside the pinned one, set up and its tests run (``bash tools/test_stack.sh``).
+"""A tested stack other than the pinned one, set up and its tests run (``bash tools/test_stack.sh``).
 
 oldest: requirements/oldest.txt (Python 3.9, torch 2.1 + mmcv 2.1.0); newest:
-requirements/newest.txt (Python 3.12, torch 2.11 + the OneDL forks, numpy 2). CI runs the newest
-beside the pinned suite (.ci/run); the oldest is run by hand (docs/install.md).
+requirements/newest.txt (Python 3.12, torch 2.11 + the OneDL forks, numpy 2). Both are run by
+hand (docs/install.md); CI runs the pinned suite (.ci/run).
 """
 from __future__ import annotations
 
