@@ -1,4 +1,4 @@
-"""Mixed precision: every family trains 200 steps under fp16 and bf16 autocast without NaN/Inf."""
+"""Mixed precision: every family trains 100 steps under fp16 and bf16 autocast without NaN/Inf."""
 import numpy as np
 import pytest
 import torch
@@ -9,7 +9,7 @@ from mmvit_ext.datasets.synthetic_shapes import CLASSES, render_scene
 from mmvit_ext.registry import MODELS
 from backbone_cases import OWN_CODE as SMALL  # not library wrappers
 
-STEPS = 200
+STEPS = 100
 SIZE = (64, 64)
 
 
