@@ -3,11 +3,12 @@ config: AdamW lr 1e-3, cosine, seeded and deterministic) for 5 epochs x 16 itera
 images of the demo data, and tools/test.py evaluates the checkpoint it wrote; bbox mAP must be
 well above an untrained model's.
 
-This test's 80 iterations reached bbox mAP 0.505 on the project's 2-core CPU machine (2026-11-25,
-234 s) and 0.468 on another 2-core machine of the same kind (2026-11-25); an untrained model
-scores 0.000 (random boxes). The bar, 0.30, sits near those measures, below them by more than the
-spread between machines: a pipeline that trains but learns less (a wrong lr, a broken
-loss, a frozen backbone) falls under it. The loss must also fall by a quarter.
+This test's 80 iterations reach bbox mAP 0.367 with the current code on the project's 2-core
+CPU machine (2026-11-27, 422 s; the same in two runs, loss 3.03 -> 1.27); the code of 2026-11-25
+reached 0.505 and 0.468 on two machines of that kind, a spread of 0.04. An untrained model
+scores 0.000 (random boxes). The bar, 0.30, sits below the measure by more than that spread: a
+pipeline that trains but learns less (a wrong lr, a broken loss, a frozen backbone) falls under
+it. The loss must also fall by a quarter.
 """
 import json
 from pathlib import Path
@@ -19,7 +20,7 @@ from mmvit_ext.datasets import generate_demo_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_EPOCHS = 5
-MIN_TRAINED_MAP = 0.30  # measured: 0.505 and 0.468 (two machines)
+MIN_TRAINED_MAP = 0.30  # measured: 0.367 (2026-11-27)
 MIN_GAIN = 0.25  # over the untrained model (0.000)
 
 
