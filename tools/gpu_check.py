@@ -61,7 +61,8 @@ class Settings:
 def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     if device == 'cuda':
         return Settings(
-            train_size=800, deterministic=False, train_validates=True, amp_dtypes=('bfloat16', 'float16'),
+            train_size=800, deterministic=False, train_validates=True,
+            amp_dtypes=('bfloat16', 'float16'),
             bench_models=('swin:tiny', 'pvtv2:b2'), bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
             bench_args=('--warmup', '2', '--repeat', '5', '--compare'),
@@ -125,7 +126,7 @@ class Check:
 
 def train_row(check: Check, name: str, work: str, launch: Sequence[str],
               extra: Sequence[str] = (), options: Sequence[str] = ()) -> Row:
-    """2 iterations (batch 2) of the demo Mask R-CNN PVTv2-b2 on the demo data, then (CUDA) its val."""
+    """2 iterations (batch 2) of the demo Mask R-CNN PVTv2-b2 on the demo data; on CUDA, its val."""
     data, size = f'{check.data}/', check.settings.train_size
     argv = (*launch, 'tools/train.py', TRAIN_CONFIG, '--work-dir', str(check.logs / f'work_{work}'),
             *extra, '--cfg-options', f'data_root={data}', f'train_dataloader.dataset.data_root={data}',
@@ -133,11 +134,12 @@ def train_row(check: Check, name: str, work: str, launch: Sequence[str],
             f'val_evaluator.ann_file={data}annotations/instances_val.json',
             f'test_evaluator.ann_file={data}annotations/instances_val.json',
             f'train_dataloader.dataset.pipeline.2.scale=({size},{size})', 'train_cfg.max_epochs=1',
-            'train_cfg.val_interval=100', 'train_dataloader.batch_size=2',
-            'train_dataloader.num_workers=0', 'default_hooks.logger.interval=1',
+            'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+            'default_hooks.logger.interval=1',
             'default_hooks.checkpoint.interval=100', 'default_hooks.checkpoint.save_last=False',
             f'randomness.deterministic={check.settings.deterministic}',
-            # mmengine validates after the last epoch unless it comes before val_begin
+            # mmengine validates after the last epoch (whatever val_interval) unless it comes
+            # before val_begin
             *(() if check.settings.train_validates else ('train_cfg.val_begin=2',)), *options)
     return Row(name, argv, check.logs / f'work_{work}')
 
