@@ -1,5 +1,5 @@
 """The Refiner with frozen norms (inference, ``norm_eval``): BatchNorms and scale folded into its
-convolutions, the map refined a band of rows at a time, the local convolution as its taps. It
+convolutions, the map refined a band of rows at a time, channels-last. It
 must equal the Refiner run through its modules, for any band height (bands meet at the local
 convolution's halo), and hold far less than the expanded maps at once."""
 import pytest

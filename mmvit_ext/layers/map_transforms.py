@@ -113,12 +113,11 @@ class RefinerMap(MapTransform):
 
     With frozen norms (inference, or ``norm_eval`` outside the recompute) the Refiner runs
     folded: each BatchNorm is an affine map folded into its convolution (and ``scale`` into the
-    last), the map's rows are refined a band at a time (``REFINER_BAND_BYTES`` of expanded maps,
-    each band with the k // 2 rows around it that the local convolution reads) and the local
-    convolution is its k*k taps, each a multiply-add over the band. Equal to the modules up to
-    rounding (tests/test_refiner_inference.py); the r*H expanded maps never exist whole, and
-    the depthwise convolution over N x M maps, slow as a convolution on CPU, is a few passes
-    over cached bands. Its inner modules' hooks do not fire there.
+    last), and the map's rows are refined a band at a time (``REFINER_BAND_BYTES`` of expanded
+    maps, each band with the k // 2 rows around it that the local convolution reads), the
+    expanded band channels-last. Equal to the modules up to rounding
+    (tests/test_refiner_inference.py); the r*H expanded maps never exist whole. Its inner
+    modules' hooks do not fire there.
     """
 
     stage = POST_SOFTMAX
@@ -192,14 +191,13 @@ class RefinerMap(MapTransform):
         """:meth:`_refine` with frozen norms, on folded maps (B, H, N, M): the norms and
         ``scale`` folded into the convolutions, the map's rows taken a band at a time (each
         band with the ``k // 2`` rows around it that its local convolution reads), so that the
-        r*H expanded maps exist for one band only, small enough to stay in cache; the local
-        convolution is its k*k taps, each one multiply-add over the band."""
+        r*H expanded maps exist for one band only, small enough to stay in cache."""
         folded = self._folded_weights(maps.dtype)
         pad = self.depth_sep_conv.padding[0]
         n = maps.shape[-2]
         row_bytes = maps.shape[0] * self.depth_sep_conv.out_channels * maps.shape[-1] \
             * maps.element_size()
-        rows = max(1, REFINER_BAND_BYTES // row_bytes)
+        rows = max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
         if torch_compat.is_compiling() or torch_compat.is_exporting() or rows >= n:
             return self._refine_band(maps, maps, (pad, pad), folded)  # one band: symbolic sizes
         out = torch.empty_like(maps)
@@ -212,42 +210,48 @@ class RefinerMap(MapTransform):
         return out
 
     def _folded_weights(self, dtype: torch.dtype) -> Tuple[Optional[torch.Tensor], ...]:
-        """Inference weights: expansion (r*H x H) and its bias, the local convolution's taps
-        (k, k, r*H, 1, 1) and bias, reduction (H x r*H) and bias, the residual's gain (H, 1, 1):
+        """Inference weights: expansion (H x r*H) and its bias, the local convolution
+        (r*H, 1, k, k) and bias, reduction (H x r*H) and bias, the residual's gain (H, 1):
         ``out = reduce(local(expand(maps))) + gain * maps``, BatchNorms and ``scale`` in them."""
         expand = expand_bias = None
         if self.expand:
             gain1, expand_bias = _bn_affine(self.bn1)
-            expand = self.conv_exp.weight.flatten(1) * gain1[:, None]
+            expand = (self.conv_exp.weight.flatten(1) * gain1[:, None]).t().to(dtype)
+            expand_bias = expand_bias.to(dtype)
         gain2, local_bias = _bn_affine(self.bn2)
-        taps = (self.depth_sep_conv.weight[:, 0] * gain2[:, None, None]).permute(1, 2, 0)
+        local = self.depth_sep_conv.weight * gain2[:, None, None, None]
         gain3, shift3 = _bn_affine(self.bn3)
         gain_out, shift_out = _bn_affine(self.adapt_bn)
         residual = gain_out * self.scale  # adapt_bn(bn3(reduced) + maps) * scale
         reduce = self.conv_pro.weight.flatten(1) * (gain3 * residual)[:, None]
         reduce_bias = (shift3 * gain_out + shift_out) * self.scale
-        return (expand, expand_bias, taps[..., None, None].to(dtype),
-                local_bias[:, None, None].to(dtype), reduce, reduce_bias,
-                residual[:, None, None].to(dtype))
+        return (expand, expand_bias, local.to(dtype), local_bias.to(dtype), reduce.to(dtype),
+                reduce_bias[:, None].to(dtype), residual[:, None].to(dtype))
 
     def _refine_band(self, band: torch.Tensor, rows: torch.Tensor, pads: Tuple[int, int],
                      folded: Tuple[Optional[torch.Tensor], ...]) -> torch.Tensor:
         """The folded Refiner's output for input ``rows`` (B, H, R, M), from ``band``: those rows
         with the neighbours the local convolution reads, short of ``pads`` (top, bottom) rows of
-        k // 2 each at the map's edges, where the convolution reads zeros."""
-        expand, expand_bias, taps, local_bias, reduce, reduce_bias, residual = folded
-        x = F.relu6(_mix_heads(band, expand, expand_bias), inplace=True) if self.expand else band
-        center = taps.shape[0] // 2
-        # the centre tap covers every output; each other one the outputs whose input is inside
-        local = torch.addcmul(local_bias, _tap(x, center, center, pads, center),
-                              taps[center, center])
-        for i in range(taps.shape[0]):
-            for j in range(taps.shape[1]):
-                if (i, j) != (center, center):
-                    _tap(local, i, j, pads, center, out=True).addcmul_(
-                        _tap(x, i, j, pads, center), taps[i, j])
-        local = F.relu6(local, inplace=True)
-        return _mix_heads(local, reduce, reduce_bias).addcmul_(rows, residual)
+        k // 2 each at the map's edges, where the convolution reads zeros. The expanded band is
+        made channels-last ((B, rows, M, r*H) in memory), the layout in which the depthwise
+        convolution vectorises over channels; the expansion and reduction read it transposed."""
+        expand, expand_bias, local, local_bias, reduce, reduce_bias, residual = folded
+        batch, heads, _, width = band.shape
+        flat = band.flatten(2).transpose(1, 2)  # (B, pixels, H), a view
+        if expand is not None:
+            x = torch.baddbmm(expand_bias, flat, expand.expand(batch, *expand.shape))
+            x = F.relu6(x, inplace=True)  # (B, pixels, r*H)
+        else:
+            x = flat.contiguous()
+        x = x.view(batch, -1, width, x.shape[-1])  # (B, rows, M, r*H)
+        if pads != (0, 0):
+            x = F.pad(x, (0, 0, 0, 0, pads[0], pads[1]))  # the map's zero rows at its edges
+        pad = local.shape[-1] // 2
+        x = F.conv2d(x.permute(0, 3, 1, 2), local, local_bias, padding=(0, pad),
+                     groups=local.shape[0])  # (B, r*H, R, M), channels-last
+        x = F.relu6(x, inplace=True).permute(0, 2, 3, 1).flatten(1, 2)  # (B, R*M, r*H)
+        out = torch.baddbmm(reduce_bias, reduce.expand(batch, *reduce.shape), x.transpose(1, 2))
+        return out.addcmul_(rows.flatten(2), residual).view(rows.shape)
 
     def _refine_recomputed(self, maps: torch.Tensor, count: bool = True) -> torch.Tensor:
         """:meth:`_refine` with the expanded maps made H channels at a time, each group
@@ -291,24 +295,10 @@ class RefinerMap(MapTransform):
 
 _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
 
-# bytes of expanded maps (r*H channels) one band of the frozen-norm Refiner holds: within a
-# last-level cache, yet few enough bands (ops) that a busy machine's thread waits stay small
-REFINER_BAND_BYTES = 32 * 2 ** 20
-
-
-def _tap(x: torch.Tensor, i: int, j: int, pads: Tuple[int, int], half: int, out: bool = False
-         ) -> torch.Tensor:
-    """The part of a band's (..., rows, M) input (``out=False``) or output (``out=True``) that
-    kernel tap (i, j) of a "same" k x k convolution (k = 2 * half + 1) joins: input row
-    ``o + i - half`` feeds output row ``o``, the band's input missing ``pads`` (top, bottom)
-    rows of ``half`` each and the columns' ``half`` zeros. Slices from both ends, no sizes."""
-    def part(offset: int, before: int, after: int) -> slice:
-        if out:
-            start, stop = offset - before, offset + after - 2 * half
-        else:
-            start, stop = before - offset, 2 * half - after - offset
-        return slice(max(-start, 0), -max(stop, 0) or None)
-    return x[..., part(i, pads[0], pads[1]), part(j, half, half)]
+# bytes of expanded maps (r*H channels, halo rows included) one band of the frozen-norm Refiner
+# holds: within a last-level cache, and under glibc's largest mmap threshold (32 MiB), so that
+# the bands' buffers come back from the heap instead of faulting fresh pages in for every band
+REFINER_BAND_BYTES = 8 * 2 ** 20
 
 
 _marked = threading.local()
