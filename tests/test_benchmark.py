@@ -65,10 +65,10 @@ def test_agreement_sizes_follow_each_peers_semantics():
     assert agreement_size(swin, 'timm', (448, 448)) == (448, 448)
 
 
-def test_benchmark_tool_prints_ratio_summary():
+def test_benchmark_tool_prints_ratio_summary(tmp_path):
     result = tool_process('tools/analysis/benchmark.py', 'pvtv2:b0', '--size', '64', '64',
                           '--batch', '1', '--warmup', '0', '--repeat', '1', '--compare',
-                          timeout=600)
+                          '--profile', str(tmp_path), timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert any(line.startswith('[check] mmdet: outputs match ours') for line in lines)
@@ -77,6 +77,12 @@ def test_benchmark_tool_prints_ratio_summary():
     for key in ('fwd_speedup_vs_mmdet', 'fwdbwd_speedup_vs_timm', 'fwdbwd_mem_vs_mmdet',
                 'fwdbwd_peak_frac'):
         assert re.search(rf'{key}=\d+\.\d\d', summary), key
+    # --profile: one table per model and mode, its ops by self time, the matmuls among them
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f'{name}_{mode}.txt' for name in ('ours', 'mmdet', 'timm') for mode in ('fwd', 'fwdbwd'))
+    for path in tmp_path.iterdir():
+        table = path.read_text()
+        assert 'Self CPU' in table and re.search(r'aten::(addmm|mm|linear|bmm)\b', table), path
 
 
 def test_live_peak_counts_what_a_step_holds():

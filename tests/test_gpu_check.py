@@ -60,6 +60,8 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     with tarfile.open(tmp_path / 'check_logs.tar.gz') as tar:
         names = tar.getnames()
     assert 'logs/check.md' in names and any(n.endswith('probe_ops.log') for n in names)
+    assert {f'logs/profile/pvtv2_b0/{name}_fwdbwd.txt' for name in ('ours', 'mmdet', 'timm')} \
+        <= set(names)  # the bench step's profiles, beside the table
 
 
 def test_steps_rerun_only_what_is_named(tmp_path):

@@ -183,7 +183,8 @@ def bench_rows(check: Check) -> List[Row]:
     return [Row(f'bench bf16 {model} b{s.bench_batch} {height}x{width}',
                 (check.python, 'tools/analysis/benchmark.py', model, '--device', check.device,
                  '--dtype', 'bf16', '--batch', str(s.bench_batch), '--size', str(height), str(width),
-                 '--modes', 'fwdbwd', *s.bench_args))
+                 '--modes', 'fwdbwd', *s.bench_args,
+                 '--profile', str(check.logs / 'profile' / model.replace(':', '_'))))
             for model in s.bench_models]
 
 
@@ -224,7 +225,8 @@ STEPS: Dict[str, Step] = {
                 ddp_rows),
     'fsdp': Step("the same through mmengine's FlexibleRunner + FSDPStrategy, bf16 parameters",
                  fsdp_rows),
-    'bench': Step('bf16 fwd+bwd, 800x1344, Swin-T and PVTv2-b2 against mmdet and timm (benchmark.py)',
+    'bench': Step('bf16 fwd+bwd, 800x1344, Swin-T and PVTv2-b2 against mmdet and timm, each '
+                  'profiled (benchmark.py)',
                   bench_rows),
     'detector': Step("Mask R-CNN training step, bf16, b2, 800x1333: Swin-T / PVTv2-b2, ours vs mmdet's",
                      detector_rows),

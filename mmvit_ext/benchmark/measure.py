@@ -127,6 +127,21 @@ def measure_interleaved(models: Dict[str, nn.Module], x: torch.Tensor, modes: Se
     return results
 
 
+def profile_run(model: nn.Module, x: torch.Tensor, mode: str, dtype: torch.dtype,
+                rows: int = 30) -> str:
+    """One run under ``torch.profiler`` (CPU, and CUDA kernels on a CUDA input): the table of
+    its ``rows`` most expensive ops / kernels by self time on the device that ran them."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = x.device.type == 'cuda'
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    _sync(x.device)
+    with profile(activities=activities) as prof:
+        run_once(model, x, mode, dtype)
+        _sync(x.device)
+    key = 'self_cuda_time_total' if cuda else 'self_cpu_time_total'
+    return prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
+
+
 def count_flops(model: nn.Module, x: torch.Tensor, mode: str) -> int:
     """FLOPs of one run: the forward counted by torch's FlopCounterMode with attention on its
     explicit (matmul) path so it is counted, and forward + backward taken as 3x the forward

@@ -15,11 +15,14 @@ Example:
     python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --device meta
     python tools/analysis/benchmark.py deepvit:s --size 800 1216 --set window_size=None --scaling
     python tools/analysis/benchmark.py pvtv2:b2_li --modes fwdbwd --scaling --retain-heap
+    python tools/analysis/benchmark.py swin:tiny --dtype bf16 --modes fwdbwd --compare --profile logs/profile
 """
 import argparse
 import ast
 import copy
+import re
 import sys
+from pathlib import Path
 from typing import Dict
 
 import torch
@@ -29,7 +32,7 @@ import mmvit_ext  # noqa: F401
 from mmvit_ext.benchmark import (build_peers, check_peers, count_flops, matmul_peak,
                                  peer_families)
 from mmvit_ext.benchmark.live_memory import live_peak_bytes
-from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved
+from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved, profile_run
 from mmvit_ext.benchmark.train_step import DetectorTrainStep
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
@@ -68,6 +71,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--compile', action='store_true',
                         help='time torch.compile(model) (default inductor backend; compiled '
                              'during the warm-up runs, so give --warmup >= 1)')
+    parser.add_argument('--profile', metavar='DIR',
+                        help='after timing, profile one run per model and mode (torch.profiler) '
+                             'and write its top ops / kernels by self time to DIR/MODEL_MODE.txt')
     parser.add_argument('--retain-heap', action='store_true',
                         help='CPU: keep freed memory in the process for reuse (glibc; every '
                              'model in the run alike), see mmvit_ext.utils.heap')
@@ -145,6 +151,17 @@ def count_live_memory(args: argparse.Namespace, models: Dict[str, nn.Module]) ->
         [f'{mode}_live_gib={peaks["ours", mode]:.2f}' for mode in args.modes] + ratios))
 
 
+def write_profiles(out: Path, models: Dict[str, nn.Module], x: torch.Tensor, modes, dtype
+                   ) -> None:
+    """--profile: one profiled run per model and mode, its top ops / kernels to a file each."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in models.items():
+        for mode in modes:
+            path = out / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}_{mode}.txt"
+            path.write_text(profile_run(model, x, mode, dtype) + '\n')
+            print(f'[profile] {name} {mode}: {path}')
+
+
 def main() -> None:
     args = parse_args()
     if args.device == 'meta':
@@ -199,6 +216,8 @@ def main() -> None:
             print(f'ours {mode} at {2 * args.size[0]}x{args.size[1]}: {scaled.median(mode):.3f} s, '
                   f'{scaled.peak_mem[mode] / 2 ** 20:.0f} MB; twice the pixels costs {ratio:.2f}x')
             summary.append(f'{mode}_scaling_2x_pixels={ratio:.2f}')
+    if args.profile:
+        write_profiles(Path(args.profile), models, x, modes, dtype)
     if flops:
         summary.append(' '.join(f'{m}_peak_frac={flops[m] / ours.median(m) / peak:.2f}' for m in modes))
     print('SUMMARY ' + ' '.join(summary))
