@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools'))
 import gpu_check  # noqa: E402
 
-STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'ladder']
+STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'ladder',
+         'compiled']
 
 
 def _run(*args, env=None, timeout=2400):
@@ -48,7 +49,7 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
             and line.split(' | ')[1:2] == ['ok']]
     assert [r.split(' ')[0] for r in rows] == ['probe', 'contract', 'contract', 'contract',
                                               'amp-train', 'ddp', 'fsdp', 'bench', 'detector',
-                                              'detector', 'ladder']
+                                              'detector', 'ladder', 'bench']
     assert 'PROBE cpu: 4 ops ok' in table
     for dtype in ('fp32', 'bf16', 'fp16'):
         assert f'CONTRACT cpu {dtype}: {len(family_classes())} families ok' in table
@@ -60,8 +61,10 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     with tarfile.open(tmp_path / 'check_logs.tar.gz') as tar:
         names = tar.getnames()
     assert 'logs/check.md' in names and any(n.endswith('probe_ops.log') for n in names)
-    assert {f'logs/profile/pvtv2_b0/{name}_fwdbwd.txt' for name in ('ours', 'mmdet', 'timm')} \
-        <= set(names)  # the bench step's profiles, beside the table
+    # the bench steps' profiles, beside the table
+    assert {'logs/profile_bf16/pvtv2_b0/ours_fwdbwd.txt',
+            'logs/profile_compiled/pvtv2_b0/ours_fwdbwd.txt'} <= set(names)
+    assert re.search(r'SUMMARY pvtv2:b0 bf16 b1 64x64 compiled=aot_eager ', table)
 
 
 def test_steps_rerun_only_what_is_named(tmp_path):
@@ -140,7 +143,7 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
         'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
         'fsdp 1 process bf16 params Mask R-CNN PVTv2-b2', 'bench bf16 pvtv2:b0 b1 64x64',
         'detector Mask R-CNN Swin-T b1 64x64', 'detector Mask R-CNN PVTv2-b2 b1 64x64',
-        'ladder Swin-T 96x128']
+        'ladder Swin-T 96x128', 'bench compiled pvtv2:b0 b1 64x64']
     assert rows[0].log_name == 'probe_ops.log' and rows[7].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
     ddp = rows[5]
     assert ddp.argv[:8] == ('py', '-m', 'torch.distributed.run', '--nproc_per_node', '1',
@@ -151,6 +154,9 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     cuda = gpu_check.Check('cuda', 'py', tmp_path / 'check.md', 'all')
     assert [row.name for row in gpu_check.STEPS['bench'].rows(cuda)] == [
         'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344']
+    compiled = gpu_check.STEPS['compiled'].rows(cuda)[0].argv
+    assert compiled[compiled.index('--compile-backend') + 1] == 'inductor' and '--compare' in compiled
+    assert rows[-1].argv[rows[-1].argv.index('--compile-backend') + 1] == 'aot_eager'
     assert len(gpu_check.STEPS['amp-train'].rows(cuda)) == 2
     swin = gpu_check.STEPS['detector'].rows(cuda)[0]
     assert swin.name == 'detector Mask R-CNN Swin-T b2 800x1333'

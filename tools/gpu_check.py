@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from functools import partial
 import sys
 import tarfile
 import time
@@ -51,6 +52,7 @@ class Settings:
     bench_size: Tuple[int, int]
     bench_batch: int
     bench_args: Tuple[str, ...]          # warmup, repeat and the peers
+    compile_backend: str                 # of the compiled bench rows
     detector_batch: int
     detector_size: Tuple[int, int]
     detector_args: Tuple[str, ...]       # dtype, warmup, repeat
@@ -65,7 +67,7 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
             amp_dtypes=('bfloat16', 'float16'),
             bench_models=('swin:tiny', 'pvtv2:b2'), bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
-            bench_args=('--warmup', '2', '--repeat', '5', '--compare'),
+            bench_args=('--warmup', '2', '--repeat', '5', '--compare'), compile_backend='inductor',
             detector_batch=2, detector_size=(800, 1333),
             detector_args=('--dtype', 'bf16', '--warmup', '2', '--repeat', '5'),
             ladder_name='ladder Swin-L 800x1333',
@@ -73,7 +75,8 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     return Settings(
         train_size=64, deterministic=True, train_validates=False, amp_dtypes=('bfloat16',),
         bench_models=('pvtv2:b0',), bench_size=(64, 64), bench_batch=1,
-        bench_args=('--warmup', '0', '--repeat', '1', '--peak-size', '256'),
+        bench_args=('--warmup', '1', '--repeat', '1', '--peak-size', '256'),
+        compile_backend='aot_eager',  # traces and runs the graphs; inductor's C++ build is minutes
         # fp32: a whole detector under bf16 autocast takes minutes a step on CPU
         detector_batch=1, detector_size=(64, 64),
         detector_args=('--dtype', 'fp32', '--warmup', '0', '--repeat', '1'),
@@ -177,14 +180,16 @@ def fsdp_rows(check: Check) -> List[Row]:
                       torchrun(check, 29562), ['--launcher', 'pytorch'], FSDP_OPTIONS)]
 
 
-def bench_rows(check: Check) -> List[Row]:
+def bench_rows(check: Check, compiled: bool = False) -> List[Row]:
     s = check.settings
     height, width = s.bench_size
-    return [Row(f'bench bf16 {model} b{s.bench_batch} {height}x{width}',
+    extra = ('--compile', '--compile-backend', s.compile_backend) if compiled else ()
+    kind = 'compiled' if compiled else 'bf16'
+    return [Row(f'bench {kind} {model} b{s.bench_batch} {height}x{width}',
                 (check.python, 'tools/analysis/benchmark.py', model, '--device', check.device,
                  '--dtype', 'bf16', '--batch', str(s.bench_batch), '--size', str(height), str(width),
-                 '--modes', 'fwdbwd', *s.bench_args,
-                 '--profile', str(check.logs / 'profile' / model.replace(':', '_'))))
+                 '--modes', 'fwdbwd', *s.bench_args, *extra,
+                 '--profile', str(check.logs / f'profile_{kind}' / model.replace(':', '_'))))
             for model in s.bench_models]
 
 
@@ -213,7 +218,8 @@ class Step:
     rows: Callable[[Check], List[Row]]
 
 
-# In the order they run: most value per second first, the OOM-prone last.
+# In the order they run: most value per second first, the OOM-prone next to last, the compiles
+# (minutes of inductor builds on a GPU) last.
 STEPS: Dict[str, Step] = {
     'probe': Step("mmcv's nms / RoIAlign / mask-target crop run on the device (tools/analysis/ops_probe.py)",
                   probe_rows),
@@ -232,6 +238,8 @@ STEPS: Dict[str, Step] = {
                      detector_rows),
     'ladder': Step('the Swin-L memory ladder, 800x1333, ours and mmdet at equal dtypes (memory_ladder.py)',
                    ladder_rows),
+    'compiled': Step('bench again, every side torch.compile-d (the CPU variant: aot_eager)',
+                     partial(bench_rows, compiled=True)),
 }
 
 
@@ -427,7 +435,7 @@ def tar_logs(out: Path) -> Path:
 
 def parser() -> argparse.ArgumentParser:
     steps = '\n'.join(f'  {name:<10} {step.what}' for name, step in STEPS.items())
-    epilog = f"""steps, in this order (most value per second first, the OOM-prone last):
+    epilog = f"""steps, in this order (most value per second first, the OOM-prone, then the compiles last):
 {steps}
 --device cpu runs the same steps at tiny settings (tests/test_gpu_check.py runs it).
 

@@ -71,6 +71,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--compile', action='store_true',
                         help='time torch.compile(model) (default inductor backend; compiled '
                              'during the warm-up runs, so give --warmup >= 1)')
+    parser.add_argument('--compile-backend', default='inductor', metavar='NAME',
+                        help='torch.compile backend for --compile (aot_eager: traces, no code '
+                             'generation; a quick rehearsal of the compiled path)')
     parser.add_argument('--profile', metavar='DIR',
                         help='after timing, profile one run per model and mode (torch.profiler) '
                              'and write its top ops / kernels by self time to DIR/MODEL_MODE.txt')
@@ -180,7 +183,8 @@ def main() -> None:
     if args.compile:
         if args.warmup < 1:
             sys.exit('error: --compile compiles during the warm-up runs: give --warmup >= 1')
-        models = {name: torch.compile(model) for name, model in models.items()}
+        models = {name: torch.compile(model, backend=args.compile_backend)
+                  for name, model in models.items()}
     modes = ['fwdbwd'] if args.config else args.modes
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(eager, x, m) for m in modes} if args.backbone else {}
@@ -200,6 +204,8 @@ def main() -> None:
                f'b{args.batch}', f'{args.size[0]}x{args.size[1]}']
     if args.retain_heap:
         summary.append('retain_heap')
+    if args.compile:
+        summary.append(f'compiled={args.compile_backend}')
     ours = results['ours']
     for name in (n for n in results if n != 'ours'):
         for mode in modes:
