@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer
+from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer, VisionTransformer
 from mmvit_ext.benchmark import agreement_size, build_peers, check_peers
 from tool_runner import tool_process
 
@@ -13,6 +13,9 @@ from tool_runner import tool_process
     (lambda: SwinTransformer('tiny', drop_path_rate=0.0), (256, 256)),
     (lambda: PyramidVisionTransformerV2('b0', drop_path_rate=0.0), (96, 128)),
     (lambda: PyramidVisionTransformerV2('b2_li', drop_path_rate=0.0), (96, 128)),
+    # ViTDet's ViT-B: a 20-token side pads to two windows; global blocks resize their positions
+    (lambda: VisionTransformer('b', use_rel_pos=True, final_norm=False, drop_path_rate=0.0),
+     (224, 320)),
 ])
 def test_peers_hold_our_weights_and_match_our_outputs(ours, size):
     ours = ours()
@@ -20,11 +23,14 @@ def test_peers_hold_our_weights_and_match_our_outputs(ours, size):
     modules = {name: type(p.trunk if hasattr(p, 'trunk') else p).__module__
                for name, p in peers.items()}
     assert modules['timm'].startswith('timm.models.')
-    if not getattr(ours, 'linear', False):
+    if isinstance(ours, VisionTransformer):
+        assert modules['mmpretrain'].startswith('mmpretrain.models.backbones.')
+    elif not getattr(ours, 'linear', False):
         assert modules['mmdet'].startswith('mmdet.models.backbones.')
     else:
         assert 'mmdet' not in peers  # mmdet has no linear SRA
-    first_conv = ours.patch_embed.proj.weight if isinstance(ours, SwinTransformer) \
+    first_conv = ours.patch_embed.proj.weight if isinstance(ours, (SwinTransformer,
+                                                                   VisionTransformer)) \
         else ours.layers[0].patch_embed.proj.weight
     for peer in peers.values():
         convs = [m.weight for m in peer.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -50,8 +56,10 @@ def test_converters_are_pure_and_the_benchmark_builds_the_peers():
                      if isinstance(node, ast.ImportFrom) and not node.level}
         assert not imported & {'mmdet', 'mmseg', 'mmpretrain', 'timm', 'transformers'}, path
     assert not any(name.endswith('benchmark_peers') for name in dir(converters))
-    assert set(PEER_BUILDERS) == {'swin', 'pvtv2'}
-    assert {'swin', 'pvtv2'} <= set(peer_families())
+    assert set(PEER_BUILDERS) == {'swin', 'pvtv2', 'vit'}
+    assert {'swin', 'pvtv2', 'vit'} <= set(peer_families())
+    with pytest.raises(ValueError, match='peers are built for the ViTDet ViT-B'):
+        build_peers(VisionTransformer('b', drop_path_rate=0.0), (64, 64))  # final norm, no rel pos
     with pytest.raises(ValueError, match='no peer implementations for CaiT'):
         from mmvit_ext.backbones import CaiT
         build_peers(CaiT('xxs24', out_indices=(-1,)), (64, 64))

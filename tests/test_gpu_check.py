@@ -153,7 +153,10 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     monkeypatch.setenv('BENCH_BATCH', '4')
     cuda = gpu_check.Check('cuda', 'py', tmp_path / 'check.md', 'all')
     assert [row.name for row in gpu_check.STEPS['bench'].rows(cuda)] == [
-        'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344']
+        'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344',
+        'bench bf16 vit:b b4 800x1344']
+    vit = gpu_check.STEPS['bench'].rows(cuda)[2].argv
+    assert vit[vit.index('--set'):][:3] == ('--set', 'use_rel_pos=True', 'final_norm=False')
     compiled = gpu_check.STEPS['compiled'].rows(cuda)[0].argv
     assert compiled[compiled.index('--compile-backend') + 1] == 'inductor' and '--compare' in compiled
     assert rows[-1].argv[rows[-1].argv.index('--compile-backend') + 1] == 'aot_eager'

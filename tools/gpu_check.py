@@ -65,7 +65,7 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
         return Settings(
             train_size=800, deterministic=False, train_validates=True,
             amp_dtypes=('bfloat16', 'float16'),
-            bench_models=('swin:tiny', 'pvtv2:b2'), bench_size=(800, 1344),
+            bench_models=('swin:tiny', 'pvtv2:b2', 'vit:b'), bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
             bench_args=('--warmup', '2', '--repeat', '5', '--compare'), compile_backend='inductor',
             detector_batch=2, detector_size=(800, 1333),
@@ -180,6 +180,11 @@ def fsdp_rows(check: Check) -> List[Row]:
                       torchrun(check, 29562), ['--launcher', 'pytorch'], FSDP_OPTIONS)]
 
 
+# the ViTDet ViT-B (windows of 14, global blocks 2/5/8/11 by default), whose peers are timm's and
+# mmpretrain's SAM-style ViT (mmvit_ext/benchmark/peers.py)
+BENCH_SETTINGS = {'vit:b': ('--set', 'use_rel_pos=True', 'final_norm=False')}
+
+
 def bench_rows(check: Check, compiled: bool = False) -> List[Row]:
     s = check.settings
     height, width = s.bench_size
@@ -188,7 +193,7 @@ def bench_rows(check: Check, compiled: bool = False) -> List[Row]:
     return [Row(f'bench {kind} {model} b{s.bench_batch} {height}x{width}',
                 (check.python, 'tools/analysis/benchmark.py', model, '--device', check.device,
                  '--dtype', 'bf16', '--batch', str(s.bench_batch), '--size', str(height), str(width),
-                 '--modes', 'fwdbwd', *s.bench_args, *extra,
+                 '--modes', 'fwdbwd', *s.bench_args, *extra, *BENCH_SETTINGS.get(model, ()),
                  '--profile', str(check.logs / f'profile_{kind}' / model.replace(':', '_'))))
             for model in s.bench_models]
 
@@ -231,8 +236,8 @@ STEPS: Dict[str, Step] = {
                 ddp_rows),
     'fsdp': Step("the same through mmengine's FlexibleRunner + FSDPStrategy, bf16 parameters",
                  fsdp_rows),
-    'bench': Step('bf16 fwd+bwd, 800x1344, Swin-T and PVTv2-b2 against mmdet and timm, each '
-                  'profiled (benchmark.py)',
+    'bench': Step('bf16 fwd+bwd, 800x1344, Swin-T, PVTv2-b2 and ViTDet ViT-B against their '
+                  'OpenMMLab peer and timm, each profiled (benchmark.py)',
                   bench_rows),
     'detector': Step("Mask R-CNN training step, bf16, b2, 800x1333: Swin-T / PVTv2-b2, ours vs mmdet's",
                      detector_rows),

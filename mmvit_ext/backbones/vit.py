@@ -56,13 +56,20 @@ class SwiGLU(CheckpointedCall, nn.Module):
         return self.drop(self.fc2(self.drop(F.silu(gate) * value)))
 
 
-def rel_pos_lookup(table: torch.Tensor, size: int) -> torch.Tensor:
-    """(L, d) table of offsets -> (size, size, d) entries ``R[i - j]``; a table of another length
-    than ``2 * size - 1`` is resized linearly first, as ViTDet's ``get_rel_pos``."""
+def resize_rel_pos(table: torch.Tensor, size: int) -> torch.Tensor:
+    """(L, d) table of offsets -> the (2 * size - 1, d) table a side of ``size`` tokens reads:
+    resized linearly where L differs, as ViTDet's ``get_rel_pos``."""
     length = 2 * size - 1
-    if not known_equal(table.shape[0], length):
-        table = interpolation_matrix(table.shape[0], length, 'bilinear', device=table.device,
-                                     dtype=table.dtype) @ table
+    if known_equal(table.shape[0], length):
+        return table
+    return interpolation_matrix(table.shape[0], length, 'bilinear', device=table.device,
+                                dtype=table.dtype) @ table
+
+
+def rel_pos_lookup(table: torch.Tensor, size: int) -> torch.Tensor:
+    """(L, d) table of offsets -> (size, size, d) entries ``R[i - j]`` (:func:`resize_rel_pos`
+    first)."""
+    table = resize_rel_pos(table, size)
     coords = torch.arange(size, device=table.device)
     return table[coords[:, None] - coords[None, :] + (size - 1)]
 

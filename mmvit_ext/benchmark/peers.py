@@ -151,3 +151,83 @@ def pvtv2_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Modu
 
 __all__ = ['PEER_BUILDERS', 'register_peers', 'load_peer', 'peer_families', 'build_peers',
            'swin_peers', 'pvtv2_peers', 'TimmSwinFeatures', 'TimmPVTv2Features']
+
+
+# ---- plain ViT-B with ViTDet windows: timm's and mmpretrain's SAM-style ViT ----------------------
+class PyramidFeatures(nn.Module):
+    """A peer's stride-16 trunk (image -> (B, C, h, w)) + a copy of our simple pyramid, so that
+    both sides return the same four maps; the pyramid's cost is ours on both sides."""
+
+    def __init__(self, trunk: nn.Module, forward_trunk: Callable, pyramid: nn.Module,
+                 strides: Tuple[int, ...]) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.forward_trunk = forward_trunk
+        self.pyramid = copy.deepcopy(pyramid)
+        self.strides = strides
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        grid = self.forward_trunk(self.trunk, x)
+        sizes = [(-(-x.shape[2] // s), -(-x.shape[3] // s)) for s in self.strides]
+        return tuple(self.pyramid([grid] * len(self.strides), sizes))
+
+
+def _timm_sam_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    from timm.layers import resample_abs_pos_embed_nhwc
+    x = trunk.patch_embed(x)
+    x = trunk.blocks(x + resample_abs_pos_embed_nhwc(trunk.pos_embed, x.shape[1:3]))
+    return x.permute(0, 3, 1, 2)
+
+
+def _mmpretrain_sam_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return trunk(x)[-1]
+
+
+def _sam_layout(ours: nn.Module, grid: Tuple[int, int]) -> Dict[str, torch.Tensor]:
+    """Our ViTDet weights in timm's SAM-ViT keys, the position embedding at ``grid`` (NHWC) and
+    each global block's relative positions resized to that grid, as ours resizes them."""
+    from ..backbones.vit import resize_rel_pos
+    state = {k: v for k, v in ours.state_dict().items()
+             if k.startswith(('patch_embed.', 'blocks.'))}
+    pos = ours.position_embedding(grid)[:, -grid[0] * grid[1]:]
+    state['pos_embed'] = pos.reshape(1, *grid, -1)
+    for i in ours.global_blocks:
+        for axis, side in (('h', grid[0]), ('w', grid[1])):
+            key = f'blocks.{i}.attn.rel_pos_{axis}'
+            state[key] = resize_rel_pos(state[key], side)
+    return state
+
+
+def _mmpretrain_sam_keys(key: str) -> str:
+    for ours, theirs in (('patch_embed.proj.', 'patch_embed.projection.'), ('blocks.', 'layers.'),
+                         ('.norm1.', '.ln1.'), ('.norm2.', '.ln2.'),
+                         ('.mlp.fc1.', '.ffn.layers.0.0.'), ('.mlp.fc2.', '.ffn.layers.1.')):
+        key = key.replace(ours, theirs)
+    return key
+
+
+@register_peers('vit')
+def vit_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+    """timm's ``samvit_base_patch16`` and mmpretrain's ``ViTSAM`` trunks (ViTDet's windowed ViT-B
+    without the SAM neck) with the weights of ``ours``, each ahead of a copy of our pyramid."""
+    import timm
+    from mmpretrain.models.backbones import ViTSAM
+    vitdet = (ours.embed_dims == 768 and ours.depth == 12 and ours.window_size == 14
+              and ours.global_blocks == (2, 5, 8, 11) and getattr(ours, 'use_rel_pos', False)
+              and ours.cls_token is None and ours.pyramid is not None
+              and ours.out_indices == (11,) and ours.norm is None)
+    if not vitdet:
+        raise ValueError('peers are built for the ViTDet ViT-B: window_size=14, global_blocks='
+                         '(2, 5, 8, 11), use_rel_pos=True, with_cls_token=False, '
+                         'final_norm=False, the simple pyramid from the last block')
+    grid = (img_size[0] // ours.patch_size, img_size[1] // ours.patch_size)
+    state = _sam_layout(ours, grid)
+    trunk = timm.create_model('samvit_base_patch16', pretrained=False, img_size=img_size,
+                              num_classes=0, drop_path_rate=0.0)
+    trunk.neck = nn.Identity()
+    load_peer(trunk, state, 'timm SAM ViT')
+    sam = ViTSAM(arch='base', img_size=img_size, out_channels=0, out_type='featmap',
+                 window_size=14, use_rel_pos=True)
+    load_peer(sam, {_mmpretrain_sam_keys(k): v for k, v in state.items()}, 'mmpretrain ViTSAM')
+    return {'mmpretrain': PyramidFeatures(sam, _mmpretrain_sam_trunk, ours.pyramid, ours.strides),
+            'timm': PyramidFeatures(trunk, _timm_sam_trunk, ours.pyramid, ours.strides)}
