@@ -41,7 +41,7 @@ def test_help_names_the_options_and_steps():
 
 def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     out = tmp_path / 'check.md'
-    result = _run('--device', 'cpu', '--out', str(out))
+    result = _run('--device', 'cpu', '--out', str(out), '--steps', ','.join(STEPS))  # opt-in too
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     table = out.read_text()
     assert table.startswith('# gpu_check (cpu)') and f'steps {",".join(STEPS)}' in table

@@ -180,8 +180,7 @@ def fsdp_rows(check: Check) -> List[Row]:
                       torchrun(check, 29562), ['--launcher', 'pytorch'], FSDP_OPTIONS)]
 
 
-# the ViTDet ViT-B (windows of 14, global blocks 2/5/8/11 by default), whose peers are timm's and
-# mmpretrain's SAM-style ViT (mmvit_ext/benchmark/peers.py)
+# the ViTDet ViT-B, whose peers are timm's and mmpretrain's SAM ViT (mmvit_ext/benchmark/peers.py)
 BENCH_SETTINGS = {'vit:b': ('--set', 'use_rel_pos=True', 'final_norm=False')}
 
 
@@ -221,10 +220,11 @@ def ladder_rows(check: Check) -> List[Row]:
 class Step:
     what: str                              # one line of --help
     rows: Callable[[Check], List[Row]]
+    default: bool = True                   # run without --steps
 
 
-# In the order they run: most value per second first, the OOM-prone next to last, the compiles
-# (minutes of inductor builds on a GPU) last.
+# In the order they run: most value per second first, the OOM-prone next to last, then the opt-in
+# compiles (minutes of inductor builds on a GPU).
 STEPS: Dict[str, Step] = {
     'probe': Step("mmcv's nms / RoIAlign / mask-target crop run on the device (tools/analysis/ops_probe.py)",
                   probe_rows),
@@ -243,8 +243,9 @@ STEPS: Dict[str, Step] = {
                      detector_rows),
     'ladder': Step('the Swin-L memory ladder, 800x1333, ours and mmdet at equal dtypes (memory_ladder.py)',
                    ladder_rows),
-    'compiled': Step('bench again, every side torch.compile-d (the CPU variant: aot_eager)',
-                     partial(bench_rows, compiled=True)),
+    'compiled': Step('opt-in: bench again, every side torch.compile-d (9 inductor builds, not yet '
+                     'timed on a GPU; the CPU variant: aot_eager)',
+                     partial(bench_rows, compiled=True), default=False),
 }
 
 
@@ -440,7 +441,7 @@ def tar_logs(out: Path) -> Path:
 
 def parser() -> argparse.ArgumentParser:
     steps = '\n'.join(f'  {name:<10} {step.what}' for name, step in STEPS.items())
-    epilog = f"""steps, in this order (most value per second first, the OOM-prone, then the compiles last):
+    epilog = f"""steps, in this order (most value per second first, the OOM-prone, then the opt-in ones):
 {steps}
 --device cpu runs the same steps at tiny settings (tests/test_gpu_check.py runs it).
 
@@ -458,7 +459,8 @@ cached) and requirements/dev.txt minus torch and torchvision from PyPI."""
     p.add_argument('--out', type=Path, default=Path(DEFAULT_OUT),
                    help=f"the table (default {DEFAULT_OUT}); logs in FILE's folder under logs/, all "
                         'of them also in FILE minus .md plus _logs.tar.gz', metavar='FILE')
-    p.add_argument('--steps', default=','.join(STEPS), metavar='LIST',
+    p.add_argument('--steps', default=','.join(n for n, step in STEPS.items() if step.default),
+                   metavar='LIST',
                    help='only these steps (comma-separated, e.g. --steps bench,ladder to rerun two)')
     p.add_argument('--no-install', dest='install', action='store_false',
                    help='use the Python environment as it is (no pip)')

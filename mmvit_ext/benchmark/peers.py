@@ -211,7 +211,6 @@ def vit_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module
     """timm's ``samvit_base_patch16`` and mmpretrain's ``ViTSAM`` trunks (ViTDet's windowed ViT-B
     without the SAM neck) with the weights of ``ours``, each ahead of a copy of our pyramid."""
     import timm
-    from mmpretrain.models.backbones import ViTSAM
     vitdet = (ours.embed_dims == 768 and ours.depth == 12 and ours.window_size == 14
               and ours.global_blocks == (2, 5, 8, 11) and getattr(ours, 'use_rel_pos', False)
               and ours.cls_token is None and ours.pyramid is not None
@@ -226,8 +225,15 @@ def vit_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module
                               num_classes=0, drop_path_rate=0.0)
     trunk.neck = nn.Identity()
     load_peer(trunk, state, 'timm SAM ViT')
+    peers = {'timm': PyramidFeatures(trunk, _timm_sam_trunk, ours.pyramid, ours.strides)}
+    try:  # mmpretrain 1.2 / onedl-mmpretrain 1.3.6 do not import beside transformers 5
+        from mmpretrain.models.backbones import ViTSAM
+    except (ImportError, TypeError) as err:
+        print(f'[peers] mmpretrain ViTSAM left out: mmpretrain does not import here '
+              f'({type(err).__name__}: {err})')
+        return peers
     sam = ViTSAM(arch='base', img_size=img_size, out_channels=0, out_type='featmap',
                  window_size=14, use_rel_pos=True)
     load_peer(sam, {_mmpretrain_sam_keys(k): v for k, v in state.items()}, 'mmpretrain ViTSAM')
-    return {'mmpretrain': PyramidFeatures(sam, _mmpretrain_sam_trunk, ours.pyramid, ours.strides),
-            'timm': PyramidFeatures(trunk, _timm_sam_trunk, ours.pyramid, ours.strides)}
+    peers['mmpretrain'] = PyramidFeatures(sam, _mmpretrain_sam_trunk, ours.pyramid, ours.strides)
+    return peers
