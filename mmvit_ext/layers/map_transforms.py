@@ -236,7 +236,7 @@ class RefinerMap(MapTransform):
         made channels-last ((B, rows, M, r*H) in memory), the layout in which the depthwise
         convolution vectorises over channels; the expansion and reduction read it transposed."""
         expand, expand_bias, local, local_bias, reduce, reduce_bias, residual = folded
-        batch, heads, _, width = band.shape
+        batch, width = band.shape[0], band.shape[-1]
         flat = band.flatten(2).transpose(1, 2)  # (B, pixels, H), a view
         if expand is not None:
             x = torch.baddbmm(expand_bias, flat, expand.expand(batch, *expand.shape))
