@@ -17,21 +17,20 @@ import os
 import re
 import shutil
 import subprocess
-from functools import partial
 import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmcv_build  # noqa: E402
+from gpu_check_table import escape, render_table, summary_of, table_row  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = 'work_dirs/gpu_check/gpu_check.md'
-SUMMARY_LINE = re.compile(r'^(PROBE|CONTRACT|SUMMARY|GOAL|TRAIN)')
-OOM = re.compile(r'out of memory|OutOfMemoryError')
 TRAIN_CONFIG = 'configs/demo/mask_rcnn_pvtv2_b2_demo.py'
 FSDP_OPTIONS = ('runner_type=FlexibleRunner', 'strategy.type=FSDPStrategy',
                 'strategy.model_wrapper.auto_wrap_policy.type=mmvit_ext.backbone_block_policy',
@@ -259,38 +258,6 @@ def parse_steps(text: str) -> List[str]:
 
 
 # ---------------------------------------------------------------------------- the table
-
-def escape(text: str) -> str:
-    """Text safe inside a markdown table cell."""
-    return text.replace('|', '\\|')
-
-
-def summary_of(log_text: str, returncode: int, log_name: str) -> str:
-    """A row's summary: the log's last 3 PROBE / CONTRACT / SUMMARY / GOAL / TRAIN lines; for a
-    failure, the exit status, the log's name, its last line and whether it ran out of memory."""
-    lines = log_text.splitlines()
-    summary = escape(' '.join([line for line in lines if SUMMARY_LINE.match(line)][-3:]))
-    if returncode == 0:
-        return summary
-    if OOM.search(log_text):
-        summary = f'OOM. {summary}'
-    last = escape(lines[-1][:300] if lines else '')
-    return f'FAILED (exit {returncode}, {log_name}): {last} {summary}'.rstrip()
-
-
-def table_row(name: str, returncode: int, summary: str, seconds: float) -> str:
-    return f'| {name} | {"ok" if returncode == 0 else "FAILED"} | {summary} | {int(seconds)} |'
-
-
-def render_table(device: str, desc: str, steps: str, seconds: float, rows: Sequence[str],
-                 status: str, ladder: Optional[str] = None, now: Optional[time.struct_time] = None) -> str:
-    """The whole markdown file: a header line, the rows so far, a status line, the ladder."""
-    stamp = time.strftime('%Y-%m-%d %H:%M UTC', now or time.gmtime())
-    lines = [f'# gpu_check ({device}): {stamp}, {desc}, steps {steps}, {int(seconds)} s', '',
-             '| step | result | summary | seconds |', '|---|---|---|---|', *rows, '', status]
-    text = '\n'.join(lines) + '\n'
-    return text + f'\n{ladder}' if ladder is not None else text
-
 
 def write_table(check: Check, status: str) -> None:
     ladder = check.logs / 'ladder.md'

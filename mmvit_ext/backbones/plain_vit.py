@@ -18,7 +18,7 @@ from ..converters.layouts import StateDict
 from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
                       tokens_to_map)
-from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, pyramid_channels
+from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, level_sizes, pyramid_channels
 from ..layers.window import WINDOW_PADDINGS
 from .base import AttentionBlock, BaseBackbone, ExportLimits
 from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
@@ -450,11 +450,7 @@ class PlainViTBase(BaseBackbone):
             return tuple(maps)
         if len(maps) == 1:
             maps = maps * len(self.strides)
-        # ceil as a floor of non-negative sizes: symbolic-size safe, and exact in ONNX (whose
-        # integer division truncates, so -(-h // s) would floor the wrong way there)
-        height, width = image_hw
-        sizes = [((height + s - 1) // s, (width + s - 1) // s) for s in self.strides]
-        return tuple(self.pyramid(maps, sizes))
+        return tuple(self.pyramid(maps, level_sizes(image_hw, self.strides)))
 
     def forward_features(self, x: torch.Tensor) -> Tuple[Any, ...]:
         tokens, hw = self.embed_tokens(x)

@@ -4,6 +4,6 @@ from .measure import (Measurement, PeakMemory, count_flops, matmul_peak, measure
 from .compare import agreement_size, check_peers
 from .peers import build_peers, load_peer, peer_families, register_peers
 
-__all__ = ['Measurement', 'PeakMemory', 'count_flops', 'matmul_peak', 'measure_interleaved', 'profile_run',
-           'build_peers', 'load_peer', 'peer_families', 'register_peers', 'agreement_size',
-           'check_peers']
+__all__ = ['Measurement', 'PeakMemory', 'count_flops', 'matmul_peak', 'measure_interleaved',
+           'profile_run', 'build_peers', 'load_peer', 'peer_families', 'register_peers',
+           'agreement_size', 'check_peers']

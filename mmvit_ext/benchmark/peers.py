@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..converters.pvt_v2 import export_official_pvtv2
+from ..layers.pyramid import level_sizes
 from ..converters.swin import export_official_swin
 
 PeerBuilder = Callable[[nn.Module, Tuple[int, int]], Dict[str, nn.Module]]
@@ -149,11 +150,8 @@ def pvtv2_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Modu
     return peers
 
 
-__all__ = ['PEER_BUILDERS', 'register_peers', 'load_peer', 'peer_families', 'build_peers',
-           'swin_peers', 'pvtv2_peers', 'TimmSwinFeatures', 'TimmPVTv2Features']
 
-
-# ---- plain ViT-B with ViTDet windows: timm's and mmpretrain's SAM-style ViT ----------------------
+# ---- plain ViT-B with ViTDet windows: timm's and mmpretrain's SAM-style ViT -----------------
 class PyramidFeatures(nn.Module):
     """A peer's stride-16 trunk (image -> (B, C, h, w)) + a copy of our simple pyramid, so that
     both sides return the same four maps; the pyramid's cost is ours on both sides."""
@@ -168,7 +166,7 @@ class PyramidFeatures(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         grid = self.forward_trunk(self.trunk, x)
-        sizes = [(-(-x.shape[2] // s), -(-x.shape[3] // s)) for s in self.strides]
+        sizes = level_sizes(x.shape[2:], self.strides)
         return tuple(self.pyramid([grid] * len(self.strides), sizes))
 
 
@@ -237,3 +235,8 @@ def vit_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module
     load_peer(sam, {_mmpretrain_sam_keys(k): v for k, v in state.items()}, 'mmpretrain ViTSAM')
     peers['mmpretrain'] = PyramidFeatures(sam, _mmpretrain_sam_trunk, ours.pyramid, ours.strides)
     return peers
+
+
+__all__ = ['PEER_BUILDERS', 'register_peers', 'load_peer', 'peer_families', 'build_peers',
+           'swin_peers', 'pvtv2_peers', 'vit_peers', 'TimmSwinFeatures', 'TimmPVTv2Features',
+           'PyramidFeatures']

@@ -1,5 +1,5 @@
 """Simple feature pyramid (ViTDet, Li et al., 2022): one stride-16 map -> strides 4/8/16/32."""
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,14 @@ class CeilMaxPool2x2(nn.Module):
 def pyramid_channels(dim: int, scales: Sequence[float] = PYRAMID_SCALES) -> List[int]:
     """Channels per level: dim/4 at x4, dim/2 at x2, dim at x1 and below (as ViTDet)."""
     return [dim // 4 if s == 4 else dim // 2 if s == 2 else dim for s in scales]
+
+
+def level_sizes(image_hw: Sequence[int], strides: Sequence[int]) -> List[Tuple[int, int]]:
+    """Each level's map size, ``ceil(side / stride)``: a floor of non-negative sizes, safe for
+    symbolic sizes and exact in ONNX (whose integer division truncates, so ``-(-h // s)``
+    would floor the wrong way there)."""
+    height, width = image_hw
+    return [((height + s - 1) // s, (width + s - 1) // s) for s in strides]
 
 
 class SimplePyramid(nn.Module):
