@@ -161,6 +161,9 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     assert compiled[compiled.index('--compile-backend') + 1] == 'inductor' and '--compare' in compiled
     assert rows[-1].argv[rows[-1].argv.index('--compile-backend') + 1] == 'aot_eager'
     assert len(gpu_check.STEPS['amp-train'].rows(cuda)) == 2
+    monkeypatch.setenv('BENCH_MODELS', 'swin:tiny, vit:b')
+    assert [row.name for row in gpu_check.STEPS['compiled'].rows(cuda)] == [
+        'bench compiled swin:tiny b4 800x1344', 'bench compiled vit:b b4 800x1344']
     swin = gpu_check.STEPS['detector'].rows(cuda)[0]
     assert swin.name == 'detector Mask R-CNN Swin-T b2 800x1333'
     assert swin.argv[1:] == ('tools/analysis/detector_speed.py', 'configs/mask_rcnn_swin_t_fpn_1x_coco.py',

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import vit_peers
 from layout_peers import build_ours
-from mmvit_ext.backbones.vit import VisionTransformer, decomposed_rel_pos
+from mmvit_ext.backbones.vit import VisionTransformer, decomposed_rel_pos, fold_decomposed_rel_pos
 from mmvit_ext.converters import CheckpointError
 
 TOL = 1e-4
@@ -103,6 +103,42 @@ def test_decomposed_rel_pos_matches_vitdet(grid, table):
     rel_h, rel_w = torch.randn(table, 8), torch.randn(table, 8)
     got = decomposed_rel_pos(q, rel_h, rel_w, grid)
     assert (got - _vitdet_rel_pos(q, rel_h, rel_w, grid)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize('lead, grid, d', [((2,), (4, 4), 8), ((2, 3), (3, 5), 16), ((1,), (6, 5), 64)])
+def test_folded_rel_pos_equals_the_masked_product(lead, grid, d):
+    """The fused path carries the bias in widened queries and keys: the same attention and the
+    same gradients as the (N, N) bias as a mask, in float64; widths padded to multiples of 8."""
+    n = grid[0] * grid[1]
+    q, k, v = (torch.randn(*lead, 3, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    tables = [torch.randn(2 * side - 1, d, dtype=torch.float64, requires_grad=True) for side in grid]
+    scale = d ** -0.5
+    want = F.scaled_dot_product_attention(q, k, v, decomposed_rel_pos(q, *tables, grid), scale=scale)
+    qf, kf = fold_decomposed_rel_pos(q, k, *tables, grid, scale)
+    assert qf.shape[-1] == kf.shape[-1] and qf.shape[-1] % 8 == 0 and qf.shape[-1] >= d + sum(grid)
+    got = F.scaled_dot_product_attention(qf, kf, v, scale=1.0)
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+    grads = torch.autograd.grad(got.square().sum(), [q, k, v, *tables])
+    for g, w in zip(grads, torch.autograd.grad(want.square().sum(), [q, k, v, *tables])):
+        assert torch.allclose(g, w, rtol=1e-9, atol=1e-10)
+
+
+def test_rel_pos_blocks_fold_only_on_the_fused_path():
+    """The ViTDet blocks give the same output fused (bias folded into q / k) and with the map
+    materialised (the bias added to it; that path's softmax runs in float32)."""
+    model = VisionTransformer(dict(embed_dims=32, depth=4, num_heads=2), use_rel_pos=True,
+                              window_size=4, global_blocks=(1, 3), img_size=64,
+                              drop_path_rate=0.0).double().eval()
+    for name, param in model.named_parameters():
+        if 'rel_pos' in name:
+            torch.nn.init.normal_(param)
+    x = torch.randn(1, 3, 80, 112, dtype=torch.float64)
+    fused = model(x)
+    for block in model.blocks:
+        block.attn.fused = False
+    assert {type(block.attn.window_size) for block in model.blocks} == {tuple, type(None)}
+    for a, b in zip(fused, model(x)):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_rel_pos_tables_resize_with_the_window():

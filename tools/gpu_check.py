@@ -64,7 +64,9 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
         return Settings(
             train_size=800, deterministic=False, train_validates=True,
             amp_dtypes=('bfloat16', 'float16'),
-            bench_models=('swin:tiny', 'pvtv2:b2', 'vit:b'), bench_size=(800, 1344),
+            bench_models=tuple(m for m in re.split(r'[,\s]+', env.get('BENCH_MODELS') or
+                                                   'swin:tiny,pvtv2:b2,vit:b') if m),
+            bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
             bench_args=('--warmup', '2', '--repeat', '5', '--compare'), compile_backend='inductor',
             detector_batch=2, detector_size=(800, 1333),
@@ -414,7 +416,8 @@ def parser() -> argparse.ArgumentParser:
 
 environment: PYTHON (the interpreter the steps run with; default: this one, which
 tools/gpu_check.sh picks as $PYTHON, else .venv/bin/python, else python3); BENCH_BATCH (the
-CUDA bench batch, default 8).
+CUDA bench batch, default 8); BENCH_MODELS (the CUDA bench / compiled models, comma-separated,
+default swin:tiny,pvtv2:b2,vit:b).
 install (CUDA, unless --no-install): each wheel set of tools/build_gpu_wheels.sh found in
 .whl/SET/ (pip --no-index --no-deps); without any, mmcv with CUDA ops through tools/mmcv_build.py
 (probed on the device; built for its archs, TORCH_CUDA_ARCH_LIST and MAX_JOBS honoured, and

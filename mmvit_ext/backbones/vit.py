@@ -18,7 +18,8 @@ from torch import nn
 
 from ..converters.layouts import StateDict
 from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
-                      bias_terms, fit_window, interpolation_matrix, known_equal)
+                      bias_terms, fit_window, interpolation_matrix, known_equal,
+                      scaled_dot_product_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -74,17 +75,48 @@ def rel_pos_lookup(table: torch.Tensor, size: int) -> torch.Tensor:
     return table[coords[:, None] - coords[None, :] + (size - 1)]
 
 
+def rel_pos_factors(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torch.Tensor,
+                    grid: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The two factors of the decomposed bias for queries (..., H, h*w, d):
+    ``q_ij . R_h[i - k]`` (..., H, h, w, h) and ``q_ij . R_w[j - l]`` (..., H, h, w, w)."""
+    height, width = grid
+    r_q = q.unflatten(-2, (height, width))
+    return (torch.einsum('...hwc,hkc->...hwk', r_q, rel_pos_lookup(rel_pos_h, height)),
+            torch.einsum('...hwc,wkc->...hwk', r_q, rel_pos_lookup(rel_pos_w, width)))
+
+
 def decomposed_rel_pos(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torch.Tensor,
                        grid: Size2) -> torch.Tensor:
     """ViTDet / MViTv2 decomposed relative position bias for queries (..., H, h*w, d) of an
     h x w grid: ``bias[(i, j), (k, l)] = q_ij . R_h[i - k] + q_ij . R_w[j - l]`` (..., H, N, N)."""
     height, width = grid
-    r_q = q.unflatten(-2, (height, width))
-    bias_h = torch.einsum('...hwc,hkc->...hwk', r_q, rel_pos_lookup(rel_pos_h, height))
-    bias_w = torch.einsum('...hwc,wkc->...hwk', r_q, rel_pos_lookup(rel_pos_w, width))
+    bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
     bias = bias_h.unsqueeze(-1) + bias_w.unsqueeze(-2)  # (..., h, w, h, w)
     n = height * width
     return bias.reshape(*q.shape[:-2], n, n)
+
+
+def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.Tensor,
+                            rel_pos_w: torch.Tensor, grid: Size2, scale: float
+                            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys (..., H, N, d) widened so that ``q' k'^T`` equals ``scale * q k^T`` plus
+    :func:`decomposed_rel_pos`, with no (N, N) bias: each query carries its two bias rows
+    ``q . R_h`` (h entries) and ``q . R_w`` (w entries), each key the one-hot row and column of
+    its position, zero columns pad the width to a multiple of 8 (the fused kernels' alignment).
+    The fused attention then runs without a mask, at scale 1."""
+    height, width = grid
+    bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
+    n = height * width
+    rows = torch.eye(height, dtype=k.dtype, device=k.device)[:, None].expand(height, width, height)
+    cols = torch.eye(width, dtype=k.dtype, device=k.device)[None].expand(height, width, width)
+    extra = q.shape[-1] + height + width
+    pad = -extra % 8 if isinstance(extra, int) else 0  # symbolic sizes (export): unaligned
+    zeros = q.new_zeros(*q.shape[:-1], pad)
+    q = torch.cat([q * scale, bias_h.flatten(-3, -2).to(q.dtype),
+                   bias_w.flatten(-3, -2).to(q.dtype), zeros], dim=-1)
+    k = torch.cat([k, rows.reshape(n, height).expand(*k.shape[:-1], height),
+                   cols.reshape(n, width).expand(*k.shape[:-1], width), zeros.to(k.dtype)], dim=-1)
+    return q, k
 
 
 class RelPosAttention(WindowAttention):
@@ -110,6 +142,11 @@ class RelPosAttention(WindowAttention):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
+        if self.fused_kernel() and not bias_terms(attn_bias):  # no (N, N) bias built
+            q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
+                                           self.scale)
+            dropout_p = self.attn_drop if self.training else 0.0
+            return self.project(scaled_dot_product_attention(q, k, v, None, dropout_p, 1.0))
         bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
         return super().attend(q, k, v, (*bias_terms(attn_bias), bias))
 

@@ -157,12 +157,16 @@ class AttentionBase(CheckpointedCall, nn.Module):
                attn_bias: AttnBias = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
         dropout_p = self.attn_drop if self.training else 0.0
-        if self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get():
+        if self.fused_kernel():
             x = scaled_dot_product_attention(q, k, v, attn_bias, dropout_p, self.scale)
         else:
             x = explicit_attention(q, k, v, self.scale, attn_bias, dropout_p,
                                    self.map_transforms, self.attn_map)
         return self.project(x)
+
+    def fused_kernel(self) -> bool:
+        """Whether :meth:`attend` runs the fused kernel (no map materialised) now."""
+        return self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get()
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """Heads (..., H, N, d) -> (..., N, H*d) through the output projection."""
