@@ -8,9 +8,13 @@ Example:
 """
 import argparse
 import collections
+import importlib.machinery
+import importlib.util
 import re
 import struct
 import sys
+from pathlib import Path
+from types import ModuleType
 
 FATBIN_MAGIC = struct.pack('<I', 0xBA55ED50)
 
@@ -55,14 +59,29 @@ def cuda_launchers(data: bytes) -> int:
     return len(set(re.findall(rb'[A-Za-z0-9_]+CUDAKernelLauncher', data)))
 
 
+def load_ext() -> ModuleType:
+    """``mmcv._ext`` loaded on its own: mmcv's package ``__init__`` needs OpenCV, which the
+    build venv lacks; the extension needs only torch."""
+    import torch  # noqa: F401  (the extension links against torch's libraries)
+    spec = importlib.util.find_spec('mmcv')
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit('mmcv is not installed')
+    found = sorted(Path(spec.submodule_search_locations[0]).glob('_ext*.so'))
+    if not found:
+        raise SystemExit('mmcv has no compiled _ext')
+    loader = importlib.machinery.ExtensionFileLoader('mmcv._ext', str(found[0]))
+    ext = importlib.util.module_from_spec(importlib.util.spec_from_loader('mmcv._ext', loader))
+    loader.exec_module(ext)
+    return ext
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--expect-cuda', help='fail unless get_compiling_cuda_version() is this')
     parser.add_argument('--expect-arch', help='fail unless these TORCH_CUDA_ARCH_LIST archs are in')
     args = parser.parse_args()
-    import mmcv._ext as ext
-    from mmcv.ops import get_compiling_cuda_version
-    cuda = get_compiling_cuda_version()
+    ext = load_ext()
+    cuda = ext.get_compiling_cuda_version()
     with open(ext.__file__, 'rb') as f:
         data = f.read()
     archs, launchers = fatbin_archs(data), cuda_launchers(data)
