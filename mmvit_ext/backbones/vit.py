@@ -103,15 +103,15 @@ def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.T
     :func:`decomposed_rel_pos`, with no (N, N) bias: each query carries its two bias rows
     ``q . R_h`` (h entries) and ``q . R_w`` (w entries), each key the one-hot row and column of
     its position, zero columns pad the width to a multiple of 8 (the fused kernels' alignment).
-    The fused attention then runs without a mask, at scale 1."""
+    The fused attention then runs without a mask, at scale 1. :class:`RelPosAttention` folds
+    grids of Python ints; a symbolic grid (export, dynamic shapes) keeps the mask, whose kernel
+    alignment does not depend on the grid."""
     height, width = grid
     bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
     n = height * width
     rows = torch.eye(height, dtype=k.dtype, device=k.device)[:, None].expand(height, width, height)
     cols = torch.eye(width, dtype=k.dtype, device=k.device)[None].expand(height, width, width)
-    extra = q.shape[-1] + height + width
-    pad = -extra % 8 if isinstance(extra, int) else 0  # symbolic sizes (export): unaligned
-    zeros = q.new_zeros(*q.shape[:-1], pad)
+    zeros = q.new_zeros(*q.shape[:-1], -(q.shape[-1] + height + width) % 8)
     q = torch.cat([q * scale, bias_h.flatten(-3, -2).to(q.dtype),
                    bias_w.flatten(-3, -2).to(q.dtype), zeros], dim=-1)
     k = torch.cat([k, rows.reshape(n, height).expand(*k.shape[:-1], height),
@@ -142,7 +142,8 @@ class RelPosAttention(WindowAttention):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
-        if self.fused_kernel() and not bias_terms(attn_bias):  # no (N, N) bias built
+        foldable = all(isinstance(side, int) for side in self.attn_grid)
+        if foldable and self.fused_kernel() and not bias_terms(attn_bias):  # no (N, N) bias
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
             dropout_p = self.attn_drop if self.training else 0.0
