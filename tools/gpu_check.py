@@ -59,13 +59,17 @@ class Settings:
     ladder_args: Tuple[str, ...]
 
 
+def names_in(text: str) -> List[str]:
+    """``'a,b c'`` -> ``['a', 'b', 'c']`` (comma- or space-separated names)."""
+    return [name for name in re.split(r'[,\s]+', text) if name]
+
+
 def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     if device == 'cuda':
         return Settings(
             train_size=800, deterministic=False, train_validates=True,
             amp_dtypes=('bfloat16', 'float16'),
-            bench_models=tuple(m for m in re.split(r'[,\s]+', env.get('BENCH_MODELS') or
-                                                   'swin:tiny,pvtv2:b2,vit:b') if m),
+            bench_models=tuple(names_in(env.get('BENCH_MODELS') or 'swin:tiny,pvtv2:b2,vit:b')),
             bench_size=(800, 1344),
             bench_batch=int(env.get('BENCH_BATCH') or 8),
             bench_args=('--warmup', '2', '--repeat', '5', '--compare'), compile_backend='inductor',
@@ -252,7 +256,7 @@ STEPS: Dict[str, Step] = {
 
 def parse_steps(text: str) -> List[str]:
     """``'bench,ladder'`` -> the named steps; ValueError names an unknown one."""
-    names = [name for name in re.split(r'[,\s]+', text) if name]
+    names = names_in(text)
     for name in names:
         if name not in STEPS:
             raise ValueError(f'unknown step {name} (steps: {" ".join(STEPS)})')

@@ -41,13 +41,12 @@ class RefinerAttention(WindowAttention):
                        prev_map: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Tokens (*batch, N, C) -> (output tokens, map carried on)."""
         *batch, n, _ = x.shape
-        dropout_p = self.attn_drop if self.training else 0.0
         if self.shared:
             if prev_map is None or prev_map.shape[-1] != n or prev_map.shape[:-3] != tuple(batch):
                 raise RuntimeError('RefinerAttention: a shared block needs the map of the block '
                                    'before it, over the same tokens/windows')
             v = self.v(x).reshape(*batch, n, self.num_heads, self.head_dim).transpose(-3, -2)
-            out = map_attention(prev_map, v, dropout_p, (self.refine,), self.attn_map)
+            out = map_attention(prev_map, v, self.dropout_p, (self.refine,), self.attn_map)
             return self.project(out), prev_map
         q, k, v = self.qkv_heads(x)
         maps_shape = (*batch, self.num_heads, n, n)
@@ -57,7 +56,7 @@ class RefinerAttention(WindowAttention):
         if carried is not None:
             attn = attn + carried
         attn = final_map(attn, self.map_transforms, self.attn_map)  # the map carried on
-        return self.project(map_attention(attn, v, dropout_p)), attn
+        return self.project(map_attention(attn, v, self.dropout_p)), attn
 
     def forward(self, x: torch.Tensor, hw: Size2, prev_map: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:

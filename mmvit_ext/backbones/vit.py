@@ -146,8 +146,7 @@ class RelPosAttention(WindowAttention):
         if foldable and self.fused_kernel() and not bias_terms(attn_bias):  # no (N, N) bias
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
-            dropout_p = self.attn_drop if self.training else 0.0
-            return self.project(scaled_dot_product_attention(q, k, v, None, dropout_p, 1.0))
+            return self.project(scaled_dot_product_attention(q, k, v, None, self.dropout_p, 1.0))
         bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
         return super().attend(q, k, v, (*bias_terms(attn_bias), bias))
 

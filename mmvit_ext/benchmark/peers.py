@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ..converters.pvt_v2 import export_official_pvtv2
-from ..layers.pyramid import level_sizes
 from ..converters.swin import export_official_swin
+from ..layers.pyramid import level_sizes
 
 PeerBuilder = Callable[[nn.Module, Tuple[int, int]], Dict[str, nn.Module]]
 PEER_BUILDERS: Dict[str, PeerBuilder] = {}
@@ -148,7 +148,6 @@ def pvtv2_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Modu
     load_peer(trunk, checkpoint_filter_fn(dict(official), trunk), 'timm PVTv2')
     peers['timm'] = TimmPVTv2Features(trunk)
     return peers
-
 
 
 # ---- plain ViT-B with ViTDet windows: timm's and mmpretrain's SAM-style ViT -----------------

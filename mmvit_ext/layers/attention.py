@@ -156,13 +156,17 @@ class AttentionBase(CheckpointedCall, nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
-        dropout_p = self.attn_drop if self.training else 0.0
         if self.fused_kernel():
-            x = scaled_dot_product_attention(q, k, v, attn_bias, dropout_p, self.scale)
+            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         else:
-            x = explicit_attention(q, k, v, self.scale, attn_bias, dropout_p,
+            x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
         return self.project(x)
+
+    @property
+    def dropout_p(self) -> float:
+        """The map's dropout probability now (0 in eval mode)."""
+        return self.attn_drop if self.training else 0.0
 
     def fused_kernel(self) -> bool:
         """Whether :meth:`attend` runs the fused kernel (no map materialised) now."""
