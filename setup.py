@@ -63,7 +63,7 @@ _extras = {
     # ONNX export (mmvit_ext.deploy, tools/deployment); needs torch >= 2.6 besides
     'deploy': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3'],
     # the test suite: reference implementations and layouts it compares against
-    'tests': ['pytest', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
+    'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
               'pycocotools'],
 }
 # everything of one kind: OpenMMLab's stack (the OneDL one is the onedl* extras together)

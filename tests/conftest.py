@@ -6,7 +6,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/official_layouts.py helpers
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# two threads, or the cores' share of each pytest-xdist worker (``-n 2`` on 2 cores: one each,
+# tools and launchers started by the tests included), so that workers never oversubscribe
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+if _WORKERS > 1:
+    os.environ['OMP_NUM_THREADS'] = str(THREADS)
+torch.set_num_threads(THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +44,32 @@ def pytest_configure(config: pytest.Config) -> None:
     """In CI, print the 25 slowest tests (the suite's time budget is watched there)."""
     if os.environ.get('CI') and not config.option.durations:
         config.option.durations = 25
+
+
+# Under pytest-xdist (``-n 2``), files measured slowest (seconds at one thread each, 2026-11-27)
+# start first, so that the short ones fill in around them instead of one core finishing alone
+SLOW_FILES_FIRST = ('test_learning.py',  # 572: a Mask R-CNN trained for 80 iterations
+                    'test_onnx_export.py',  # 398
+                    'test_gpu_check.py',  # 364: every step, CPU variant
+                    'test_configs.py',  # 260+
+                    'test_numerics.py', 'test_resume.py', 'test_seg_learning.py')
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """In xdist workers, order the collection slowest files first (see SLOW_FILES_FIRST)."""
+    if _WORKERS > 1:
+        rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``-n N`` alone (xdist's ``load``): whole files per worker, so that a module's fixtures are
+    built once, handed out in the collection's order (SLOW_FILES_FIRST) rather than xdist's
+    most-tests-first. Any other ``--dist`` is xdist's own."""
+    if config.getvalue('dist') != 'load':
+        return None
+    from xdist.scheduler import LoadFileScheduling
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+

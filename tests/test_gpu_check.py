@@ -23,7 +23,7 @@ STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', '
 
 
 def _run(*args, env=None, timeout=2400):
-    env = {**os.environ, 'PYTHON': sys.executable, 'OMP_NUM_THREADS': '2', **(env or {})}
+    env = {**os.environ, 'PYTHON': sys.executable, 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '2'), **(env or {})}
     return subprocess.run(['bash', 'tools/gpu_check.sh', *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
