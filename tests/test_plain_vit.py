@@ -191,19 +191,33 @@ def test_cait_param_count_equals_timms(arch):
 
 
 # ---- dense options ----------------------------------------------------------------------------
+def _tokens_out(result):
+    return result[0] if isinstance(result, tuple) else result  # Refined-ViT: (out, map)
+
+
 @pytest.mark.parametrize('cls', [DeepViT, CaiT, RefinedViT])
-def test_window_covering_the_map_equals_global_attention(cls):
+def test_window_covering_the_map_pads_it_to_one_window(cls):
+    """A window as large as the map is global attention (8 x 8 tokens, window 8); on a smaller
+    map (6 x 7 tokens) it is global attention over the map zero-padded to the window, cropped
+    back (detectron2's ViTDet pads; keys of padded tokens are the qkv bias). 2 x 2 windows
+    really restrict attention."""
     torch.manual_seed(0)
     glob = _randomise(cls(arch=TINY[cls], window_size=None, simple_pyramid=False)).eval()
-    windowed = cls(arch=TINY[cls], window_size=8, global_blocks=(), simple_pyramid=False).eval()
+    windowed, small = (cls(arch=TINY[cls], window_size=side, global_blocks=(),
+                           simple_pyramid=False).eval() for side in (8, 2))
     windowed.load_state_dict(glob.state_dict())
-    small = cls(arch=TINY[cls], window_size=2, global_blocks=(), simple_pyramid=False).eval()
     small.load_state_dict(glob.state_dict())
-    x = torch.randn(1, 3, 96, 112)  # a 6 x 7 token grid
+    x = torch.randn(1, 3, 128, 128)  # an 8 x 8 token grid
+    tokens = torch.randn(1, 42, glob.embed_dims)  # a 6 x 7 grid, as the attention sees it
+    padded = torch.nn.functional.pad(tokens.view(1, 6, 7, -1), (0, 0, 0, 1, 0, 2)).view(1, 64, -1)
     with torch.no_grad():
-        a, b, c = glob(x)[0], windowed(x)[0], small(x)[0]
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    assert (a - c).abs().max() > 1e-3  # 2x2 windows really restrict attention
+        torch.testing.assert_close(windowed(x)[0], glob(x)[0], atol=1e-5, rtol=1e-5)
+        assert (small(x)[0] - glob(x)[0]).abs().max() > 1e-3
+        want = _tokens_out(glob.blocks[0].attn(padded, (8, 8))).view(1, 8, 8, -1)[:, :6, :7]
+        got = _tokens_out(windowed.blocks[0].attn(tokens, (6, 7)))
+        torch.testing.assert_close(got, want.reshape(1, 42, -1), atol=1e-5, rtol=1e-5)
+        unpadded = _tokens_out(glob.blocks[0].attn(tokens, (6, 7)))
+        assert (got - unpadded).abs().max() > 1e-3  # the padded keys take their share
 
 
 def test_simple_pyramid_levels_and_multi_level_indices():

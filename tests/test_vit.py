@@ -141,6 +141,27 @@ def test_rel_pos_blocks_fold_only_on_the_fused_path():
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize('size', [(160, 176), (256, 304)])
+def test_vitdet_vit_b_equals_the_peers_on_small_and_padded_grids(size):
+    """ViTDet's ViT-B (random relative-position tables) equals timm's SAM ViT and mmpretrain's
+    ``ViTSAM`` trunks holding its weights: on a 10 x 11 grid, smaller than the 14-token window
+    (padded to one window, as detectron2 does), and on a 16 x 19 grid padded to whole windows."""
+    from mmvit_ext.benchmark.peers import vit_peers
+    ours = VisionTransformer('b', use_rel_pos=True, final_norm=False, drop_path_rate=0.0).eval()
+    with torch.no_grad():
+        for name, param in ours.named_parameters():
+            if 'rel_pos' in name:
+                param.normal_(0, 0.5)
+    peers = vit_peers(ours, size)
+    assert set(peers) == {'timm', 'mmpretrain'}
+    x = torch.randn(1, 3, *size)
+    with torch.no_grad():
+        want = ours(x)
+        for name, peer in peers.items():
+            for a, b in zip(want, peer(x)):
+                assert (a - b).abs().max() <= TOL * b.abs().max(), name
+
+
 def test_rel_pos_tables_resize_with_the_window():
     """A ViTDet checkpoint trained with 14-token windows loads into 7-token windows, its tables
     resized (as ViTDet interpolates them) and reported."""

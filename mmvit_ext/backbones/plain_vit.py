@@ -20,7 +20,7 @@ from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAtte
                       tokens_to_map)
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, level_sizes, pyramid_channels
 from ..layers.window import WINDOW_PADDINGS
-from .base import AttentionBlock, BaseBackbone, ExportLimits
+from .base import AttentionBlock, BaseBackbone
 from .vocabulary import (GELU, LN_EPS, Check, ConfigError, Vocabulary, cfg_check, equals, to_pair,
                          translate)
 OUT_TYPES = ('featmap', 'cls_token')
@@ -125,10 +125,11 @@ class PlainViTBase(BaseBackbone):
             four evenly spaced blocks (the family may adjust them).
         window_padding: how a token grid that is no multiple of the window is padded
             (:class:`~mmvit_ext.layers.WindowAttention` ``padding``): ``'tokens'`` (default,
-            detectron2's ViTDet: zero tokens before the qkv projection; a grid smaller than the
-            window gets a window of its own size) or ``'qkv'`` (the official ViT-Adapter's
-            ``WindowedAttention``: q, k, v zero-padded after the projection, padded keys
-            unmasked, always whole windows). Not with decomposed relative positions.
+            detectron2's ViTDet: zero tokens before the qkv projection) or ``'qkv'`` (the
+            official ViT-Adapter's ``WindowedAttention``: q, k, v zero-padded after the
+            projection, padded keys unmasked); ``'qkv'`` not with decomposed relative positions.
+            Either way a grid smaller than the window is padded to one whole window, as every
+            windowed-ViT peer does (detectron2, mmpretrain ``ViTSAM``, timm's SAM ViT).
         frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
             first k blocks.
         fused_attn: use the fused SDPA kernel in blocks without map transforms.
@@ -233,14 +234,6 @@ class PlainViTBase(BaseBackbone):
     def classifier_settings(cls) -> Dict[str, Any]:
         return dict(out_type='cls_token')
 
-    def export_limits(self) -> ExportLimits:
-        """Windows shrink to fit small token grids: a grid longer than one window keeps the
-        window layout fixed."""
-        limits = super().export_limits()
-        if self.window_size is None or self.window_padding == 'qkv':  # no shrinking windows
-            return limits
-        return ExportLimits(limits.min_size, self.patch_size * self.window_size + 1)
-
     # ---- family hooks ------------------------------------------------------------------------
     def build_patch_embed(self, settings: dict, in_channels: int) -> nn.Module:
         raise NotImplementedError
@@ -308,6 +301,7 @@ class PlainViTBase(BaseBackbone):
             attn = getattr(block, 'attn', None)
             if isinstance(attn, WindowAttention) and attn.window_size is not None:
                 attn.set_padding(window_padding)
+                attn.pad_small_map = True  # a grid smaller than the window: one padded window
 
     def _resolve_global_blocks(self, global_blocks: Optional[Sequence[int]]) -> Tuple[int, ...]:
         if self.window_size is None:

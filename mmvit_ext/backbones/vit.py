@@ -18,7 +18,7 @@ from torch import nn
 
 from ..converters.layouts import StateDict
 from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
-                      bias_terms, fit_window, interpolation_matrix, known_equal,
+                      bias_terms, interpolation_matrix, known_equal,
                       scaled_dot_product_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
@@ -136,8 +136,7 @@ class RelPosAttention(WindowAttention):
 
     def forward(self, x: torch.Tensor, hw: Size2) -> torch.Tensor:
         # the grid each attention call sees: the (fitted) window, or the whole map
-        self.attn_grid = hw if self.window_size is None else \
-            fit_window(hw, self.window_size, (0, 0))[0]
+        self.attn_grid = hw if self.window_size is None else self.fitted_window(hw)[0]
         return super().forward(x, hw)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -188,6 +188,13 @@ class WindowAttention(Attention):
             return 'global'
         return f'window_size={self.window_size}, padding={self.padding!r}'
 
+    def fitted_window(self, hw: Size2) -> Tuple[Size2, Size2]:
+        """The window and shift that attend over an ``hw`` map (:func:`fit_window`, or the
+        window as built under ``pad_small_map``)."""
+        if self.pad_small_map:
+            return self.window_size, self.shift_size
+        return fit_window(hw, self.window_size, self.shift_size)
+
     def position_bias(self, window: Size2) -> Optional[torch.Tensor]:
         """Bias (H, N, N) added to every window's logits, or ``None``."""
         return self.rel_pos(window) if self.rel_pos is not None else None
@@ -200,8 +207,7 @@ class WindowAttention(Attention):
         if self.window_size is None:
             return x, None, WindowGeometry(hw, x.shape)
         b, n, c = x.shape
-        window, shift = ((self.window_size, self.shift_size) if self.pad_small_map
-                         else fit_window(hw, self.window_size, self.shift_size))
+        window, shift = self.fitted_window(hw)
         windows, padded = split_windows(x.view(b, hw[0], hw[1], c), window, shift)
         bias = self.position_bias(window)
         if not known_zero(shift):
