@@ -123,7 +123,8 @@ class RelPosAttention(WindowAttention):
     """Window / global attention with the decomposed relative position bias (``use_rel_pos``).
 
     The tables span the window (windowed blocks) or the pretraining grid (global blocks) and are
-    resized to the grid attended at run time (a window shrunk to a small map, another input size).
+    resized to the grid attended at run time (global blocks at another input size; windows
+    attend whole, padded windows).
     """
 
     def __init__(self, dim: int, num_heads: int, window_size: Optional[int], grid: Size2,
