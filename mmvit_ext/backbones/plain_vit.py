@@ -288,7 +288,8 @@ class PlainViTBase(BaseBackbone):
         return window_size
 
     def _set_window_padding(self, window_padding: str) -> None:
-        """Give every windowed attention of the trunk ``window_padding`` (once, at build)."""
+        """Give every windowed attention of the trunk ``window_padding`` and whole windows on
+        grids smaller than the window (once, at build)."""
         name = type(self).__name__
         if window_padding not in WINDOW_PADDINGS:
             raise ConfigError(f'{name}: window_padding must be one of {WINDOW_PADDINGS}, got '
