@@ -350,3 +350,25 @@ def test_refiner_recomputes_expanded_maps_with_equal_gradients_and_statistics():
         # running statistics updated once, num_batches_tracked counted once
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
     assert saved_again < saved_keep, (saved_again, saved_keep)
+
+
+@pytest.mark.parametrize('with_cp', [True, 'attn'])
+def test_checkpointed_reattention_counts_its_batchnorm_statistics_once(with_cp):
+    """with_cp recomputes re-attention (its BatchNorm in training) in backward: the running
+    statistics and num_batches_tracked still count the step once, as without checkpointing."""
+    torch.manual_seed(0)
+    arch = dict(TINY[DeepViT], reattention_blocks=2)
+    plain = DeepViT(arch=arch, window_size=None, drop_path_rate=0.0).train().double()
+    checkpointed = DeepViT(arch=arch, window_size=None, drop_path_rate=0.0,
+                           with_cp=with_cp).train().double()
+    checkpointed.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    for model in (plain, checkpointed):
+        sum(o.square().sum() for o in model(x)).backward()
+    norms = [n for n, m in checkpointed.named_modules()
+             if isinstance(m, nn.BatchNorm2d) and 'map_transforms' in n]
+    assert len(norms) == 2
+    buffers = dict(plain.named_buffers())
+    for name, buffer in checkpointed.named_buffers():
+        torch.testing.assert_close(buffer, buffers[name], rtol=1e-10, atol=1e-12, msg=name)
+    assert all(int(buffers[f'{n}.num_batches_tracked']) == 1 for n in norms)

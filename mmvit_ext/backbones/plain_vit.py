@@ -18,6 +18,7 @@ from ..converters.layouts import StateDict
 from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
                       tokens_to_map)
+from ..layers.map_transforms import count_in_marked_forward, marked_forward
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, level_sizes, pyramid_channels
 from ..layers.window import WINDOW_PADDINGS
 from .base import AttentionBlock, BaseBackbone
@@ -226,6 +227,7 @@ class PlainViTBase(BaseBackbone):
         self.norm = nn.LayerNorm(dim, eps=1e-6) \
             if classify or (built == depth and final_norm) else None
         self.pyramid = SimplePyramid(dim) if simple_pyramid else None
+        count_in_marked_forward(self)  # map-transform norms count in forward_features only
         self.init_parameters()
         self._freeze_stages()
 
@@ -449,12 +451,14 @@ class PlainViTBase(BaseBackbone):
 
     def forward_features(self, x: torch.Tensor) -> Tuple[Any, ...]:
         tokens, hw = self.embed_tokens(x)
-        feats, tokens = self.forward_blocks(tokens, hw)
         num_patches = hw[0] * hw[1]  # prefix tokens are no map pixels
-        if self.out_type != 'featmap':
-            return self.token_outputs(feats, tokens, num_patches)
+        with marked_forward():  # with_cp's recompute in backward is outside: counts no batch
+            feats, tokens = self.forward_blocks(tokens, hw)
+            if self.out_type != 'featmap':
+                return self.token_outputs(feats, tokens, num_patches)
         maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]
         return self.map_outputs(maps, feats, x.shape[2:])
+
 
 def plain_attention(dim: int, num_heads: int, common: dict, fused: bool,
                     map_transforms: Sequence[MapTransform] = ()) -> WindowAttention:

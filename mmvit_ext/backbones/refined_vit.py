@@ -9,7 +9,6 @@ from torch import nn
 
 from ..layers import (AttnBias, ConvStemEmbed, RefinerMap, Size2, WindowAttention,
                       attention_probs, final_map, map_attention)
-from ..layers.map_transforms import marked_forward
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 
@@ -125,7 +124,6 @@ class RefinedViT(PlainViTBase):
         for module in self.modules():
             if isinstance(module, RefinerMap):
                 module.recompute = recompute_maps
-                module.counts_in_marked_forward = True  # with_cp's recompute counts nothing
         for i in range(1, self.depth, 2):  # shared blocks reuse block i-1's map
             if (i in self.global_blocks) != (i - 1 in self.global_blocks):
                 raise ValueError(f'RefinedViT: block {i} reuses the attention map of block {i - 1}, '
@@ -158,9 +156,8 @@ class RefinedViT(PlainViTBase):
                        ) -> Tuple[List[torch.Tensor], torch.Tensor]:
         """As the trunk's, with each block's attention map handed to the next block."""
         feats, attn_map = [], None
-        with marked_forward():  # the Refiners' statistics count here, not in with_cp's recompute
-            for i, block in enumerate(self.blocks):
-                tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
-                if i in self.out_indices:
-                    feats.append(self.output_tokens(i, tokens))
+        for i, block in enumerate(self.blocks):
+            tokens, attn_map = self.run_block(block, tokens, hw, attn_map)
+            if i in self.out_indices:
+                feats.append(self.output_tokens(i, tokens))
         return feats, tokens

@@ -65,7 +65,8 @@ class ReAttention(MapTransform):
         weight = self.mix.weight.view(heads, heads)  # the 1x1 conv as a batched matmul
         if self.norm.training or self.norm.running_mean is None:
             out = _mix_heads(maps, weight, self.mix.bias)
-            return (self.norm(out) * self.scale).reshape(attn.shape)
+            out = self.norm(out) if counts_batch(self) else _uncounted(self.norm, out)
+            return (out * self.scale).reshape(attn.shape)
         # inference: BatchNorm and the output scale folded into the mixing weights and bias
         gain, shift = _bn_affine(self.norm)
         weight = weight * (gain * self.scale)[:, None]
@@ -140,13 +141,10 @@ class RefinerMap(MapTransform):
         self.adapt_bn = nn.BatchNorm2d(num_heads)
         self.scale = scale
         self.recompute = recompute
-        # set by an owner that runs its forward in marked_forward(): a call outside one is an
-        # activation-checkpoint recomputation, which must not count the batch again
-        self.counts_in_marked_forward = False
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
-        count = not self.counts_in_marked_forward or getattr(_marked, 'depth', 0) > 0
+        count = counts_batch(self)
         if (self.recompute and self.training and torch.is_grad_enabled()
                 and not torch_compat.is_compiling()):
             self._check_plain_norms()
@@ -306,7 +304,7 @@ _marked = threading.local()
 
 @contextmanager
 def marked_forward() -> Iterator[None]:
-    """The forward pass of a model whose RefinerMaps have ``counts_in_marked_forward`` set:
+    """The forward pass of a model whose map transforms have ``counts_in_marked_forward`` set:
     they count the batch in their running statistics inside it, and not when an activation
     checkpoint recomputes them in backward (outside it; per thread)."""
     _marked.depth = getattr(_marked, 'depth', 0) + 1
@@ -314,6 +312,20 @@ def marked_forward() -> Iterator[None]:
         yield
     finally:
         _marked.depth -= 1
+
+
+def counts_batch(transform: MapTransform) -> bool:
+    """Whether ``transform``'s norms count this call's batch in their running statistics: always,
+    unless it has ``counts_in_marked_forward`` set; then inside :func:`marked_forward` only."""
+    return not transform.counts_in_marked_forward or getattr(_marked, 'depth', 0) > 0
+
+
+def count_in_marked_forward(model: nn.Module) -> None:
+    """Set ``counts_in_marked_forward`` on every map transform of ``model``, whose forward runs
+    inside :func:`marked_forward` (with_cp's recompute then counts no batch again)."""
+    for module in model.modules():
+        if isinstance(module, MapTransform):
+            module.counts_in_marked_forward = True
 
 
 def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
