@@ -54,9 +54,9 @@ def test_backward_avoids_kernels_refused_under_deterministic_algorithms(name, cf
     assert backward and not {n for n in backward if 'upsample' in n or 'adaptive_avg' in n}
 
 
-def _live_tensors() -> int:
+def _live_tensors() -> dict:
     gc.collect()
-    return sum(1 for obj in gc.get_objects() if torch.is_tensor(obj))
+    return {id(obj): obj for obj in gc.get_objects() if torch.is_tensor(obj)}
 
 
 def test_forward_keeps_no_tensors_outside_the_model():
@@ -70,7 +70,9 @@ def test_forward_keeps_no_tensors_outside_the_model():
         for batch, size in ((1, (64, 64)), (2, (96, 64)), (3, (40, 72))):
             outs = model(torch.randn(batch, 3, *size))
     del outs
-    assert _live_tensors() == before
+    # new survivors only: earlier tests' tensors may be freed meanwhile (torch.compile's caches)
+    left = [tuple(t.shape) for i, t in _live_tensors().items() if i not in before]
+    assert not left, left
 
 
 def test_benchmark_train_step_moves_data_with_the_input():

@@ -12,9 +12,11 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
   :func:`map_attention` on a given map (:func:`final_map`: post-softmax transforms and
   ``attn_map``; dropout, ``attn @ v``), for families that reuse or carry maps (Refined-ViT).
 
-The final map always passes through ``attn_map`` (an Identity) for analysis hooks. Nothing
-here depends on the device: what a GPU runs is what a CPU runs. :mod:`mmvit_ext.flags`
-``fused_attention(False)`` turns the fused path off.
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. One device
+kernel, chosen when a layer is built and shown in its repr (:mod:`mmvit_ext.ops.attention`):
+on CPU, where SDPA has no fused kernel for a bias that needs a gradient, the fused path runs
+:func:`explicit_attention` instead (``MMVIT_EXT_KERNELS=portable`` turns it off).
+:mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
 (Swin's per-head position bias and per-window shift mask): kept apart, no (windows x heads x
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import flags
+from ..ops.attention import attention_kernel_blocker, find_attention_kernel
 from .checkpoint import CheckpointedCall
 
 PRE_SOFTMAX = 'pre_softmax'
@@ -94,15 +97,17 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, attn_bias: AttnBias = None,
                     transforms: Sequence[MapTransform] = ()) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) (..., H, N, M) in ``q``'s dtype (softmax in float32), the
-    pre-softmax transforms applied to the logits."""
+    """softmax(q k^T * scale + bias) (..., H, N, M) in ``q``'s dtype (softmax in float32 or
+    wider), the pre-softmax transforms applied to the logits."""
     logits = (q * scale) @ k.transpose(-2, -1)
     for term in bias_terms(attn_bias):
         logits = logits + term
     for transform in transforms:
         if transform.stage == PRE_SOFTMAX:
             logits = transform(logits)
-    return logits.float().softmax(dim=-1).to(q.dtype)
+    # reduced precision: the softmax in float32 (float64 stays float64)
+    return logits.softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)
+                          ).to(q.dtype)
 
 
 def final_map(attn: torch.Tensor, transforms: Sequence[MapTransform] = (),
@@ -118,8 +123,8 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
                        attn_bias: AttnBias = None, dropout_p: float = 0.0,
                        transforms: Sequence[MapTransform] = (),
                        attn_map: Optional[nn.Module] = None) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) v with the map materialised (softmax in float32) and the
-    map transforms applied before / after the softmax as each declares."""
+    """softmax(q k^T * scale + bias) v with the map materialised (softmax in float32 or wider)
+    and the map transforms applied before / after the softmax as each declares."""
     return map_attention(attention_probs(q, k, scale, attn_bias, transforms), v, dropout_p,
                          transforms, attn_map)
 
@@ -156,11 +161,20 @@ class AttentionBase(CheckpointedCall, nn.Module):
         self.map_transforms = nn.ModuleList(map_transforms)
         self.attn_map = nn.Identity()
         self.fused = fused
+        self.kernel, self.kernel_note = find_attention_kernel()  # chosen once, at build
+
+    def extra_repr(self) -> str:
+        if not self.fused or self.map_transforms:
+            return 'explicit'
+        return f'kernel={self.kernel.describe() if self.kernel else f"sdpa ({self.kernel_note})"}'
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
-        if self.fused_kernel():
+        if self.fused_kernel() and attention_kernel_blocker(self.kernel, q,
+                                                            bias_terms(attn_bias)) is None:
+            x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p)  # CPU kernel
+        elif self.fused_kernel():
             x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         else:
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
@@ -173,7 +187,8 @@ class AttentionBase(CheckpointedCall, nn.Module):
         return self.attn_drop if self.training else 0.0
 
     def fused_kernel(self) -> bool:
-        """Whether :meth:`attend` runs the fused kernel (no map materialised) now."""
+        """Whether :meth:`attend` takes the fused path now (no map transforms, no ``attn_map``
+        hook; SDPA, or the CPU kernel of :mod:`mmvit_ext.ops.attention`)."""
         return self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get()
 
     def project(self, x: torch.Tensor) -> torch.Tensor:

@@ -184,9 +184,9 @@ class WindowAttention(Attention):
         self.padding = padding
 
     def extra_repr(self) -> str:
-        if self.window_size is None:
-            return 'global'
-        return f'window_size={self.window_size}, padding={self.padding!r}'
+        where = ('global' if self.window_size is None
+                 else f'window_size={self.window_size}, padding={self.padding!r}')
+        return f'{where}, {super().extra_repr()}'
 
     def fitted_window(self, hw: Size2) -> Tuple[Size2, Size2]:
         """The window and shift that attend over an ``hw`` map (:func:`fit_window`, or the
