@@ -171,14 +171,13 @@ class AttentionBase(CheckpointedCall, nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
         """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
-        if self.fused_kernel() and attention_kernel_blocker(self.kernel, q,
-                                                            bias_terms(attn_bias)) is None:
-            x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p)  # CPU kernel
-        elif self.fused_kernel():
-            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
-        else:
+        if not self.fused_kernel():
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
+        elif attention_kernel_blocker(self.kernel, q, bias_terms(attn_bias)) is None:
+            x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p)  # CPU kernel
+        else:
+            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         return self.project(x)
 
     @property
