@@ -24,8 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .. import torch_compat
-from ..ops import DeformAttnKernel, find_deform_attn_kernel
+from ..ops import DeformAttnKernel, call_blocker, find_deform_attn_kernel
 from .shapes import Size2
 
 SpatialShapes = Union[torch.Tensor, Sequence[Size2]]
@@ -82,15 +81,7 @@ def _definition(value: torch.Tensor, locations: torch.Tensor, weights: torch.Ten
 
 def kernel_blocker(kernel: Optional[DeformAttnKernel], value: torch.Tensor) -> Optional[str]:
     """Why this call runs the definition instead of ``kernel``, or ``None`` if it runs it."""
-    if kernel is None:
-        return 'no kernel'
-    if torch.onnx.is_in_onnx_export() or torch_compat.is_exporting():
-        return 'export'  # the exported graph holds the portable ops only
-    if torch_compat.is_compiling():
-        return 'torch.compile'
-    if value.device.type not in kernel.devices:
-        return f'{value.device.type} tensors'
-    return None
+    return 'no kernel' if kernel is None else call_blocker(kernel.devices, value)
 
 
 def _run_kernel(kernel: DeformAttnKernel, value: torch.Tensor, sizes: List[Size2],

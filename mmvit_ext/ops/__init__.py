@@ -7,7 +7,8 @@ importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` tu
 kernel off.
 """
 from .attention import BiasGradAttention, attention_kernel_blocker, find_attention_kernel
-from .ms_deform_attn import DeformAttnKernel, find_deform_attn_kernel, kernels_enabled
+from .ms_deform_attn import (DeformAttnKernel, call_blocker, find_deform_attn_kernel,
+                             kernels_enabled)
 
-__all__ = ['BiasGradAttention', 'DeformAttnKernel', 'attention_kernel_blocker',
+__all__ = ['BiasGradAttention', 'DeformAttnKernel', 'attention_kernel_blocker', 'call_blocker',
            'find_attention_kernel', 'find_deform_attn_kernel', 'kernels_enabled']

@@ -11,14 +11,12 @@ usual). The biases our models pass are finite (Swin's shift mask is -100), so no
 masked and the two agree up to rounding. Everywhere else (other devices, a bias without a
 gradient, export, ``torch.compile``) SDPA runs.
 """
-import functools
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
 
-from .. import torch_compat
-from .ms_deform_attn import PORTABLE_ENV, kernels_enabled
+from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 
 
 @dataclass(frozen=True)
@@ -32,16 +30,11 @@ class BiasGradAttention:
         return f'explicit ({", ".join(self.devices)}, bias with grad); sdpa elsewhere'
 
 
-@functools.lru_cache(maxsize=None)
-def _kernel() -> BiasGradAttention:
-    return BiasGradAttention()
-
-
 def find_attention_kernel() -> Tuple[Optional[BiasGradAttention], str]:
     """The kernel, or ``(None, why not)`` (``MMVIT_EXT_KERNELS=portable``); read at build."""
     if not kernels_enabled():
         return None, f'{PORTABLE_ENV}=portable'
-    return _kernel(), ''
+    return BiasGradAttention(), ''
 
 
 def attention_kernel_blocker(kernel: Optional[BiasGradAttention], q: torch.Tensor,
@@ -49,17 +42,11 @@ def attention_kernel_blocker(kernel: Optional[BiasGradAttention], q: torch.Tenso
     """Why this call runs SDPA instead of ``kernel``'s explicit product, or ``None``."""
     if kernel is None:
         return 'no kernel'
-    if q.device.type not in kernel.devices:
-        return f'{q.device.type} tensors'
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms)):
         return 'no bias gradient'  # SDPA's fused CPU kernel takes it
     if any(t.dtype == torch.bool for t in bias_terms):
         return 'boolean mask'
-    if torch.onnx.is_in_onnx_export() or torch_compat.is_exporting():
-        return 'export'
-    if torch_compat.is_compiling():
-        return 'torch.compile'
-    return None
+    return call_blocker(kernel.devices, q)
 
 
 __all__ = ['BiasGradAttention', 'find_attention_kernel', 'attention_kernel_blocker']

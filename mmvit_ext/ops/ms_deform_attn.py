@@ -12,6 +12,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from .. import torch_compat
 from ..flags import KERNELS_ENV as PORTABLE_ENV  # =portable: no device kernel anywhere
 
 
@@ -45,6 +46,18 @@ def kernels_enabled() -> bool:
     return os.environ.get(PORTABLE_ENV, '').strip().lower() != 'portable'
 
 
+def call_blocker(devices: Tuple[str, ...], tensor: torch.Tensor) -> Optional[str]:
+    """Why a kernel for ``devices`` cannot run on this call, or ``None``: export (the graph
+    holds the portable ops only), ``torch.compile``, or ``tensor`` on another device."""
+    if torch.onnx.is_in_onnx_export() or torch_compat.is_exporting():
+        return 'export'
+    if torch_compat.is_compiling():
+        return 'torch.compile'
+    if tensor.device.type not in devices:
+        return f'{tensor.device.type} tensors'
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def _mmcv_kernel() -> Tuple[Optional[DeformAttnKernel], str]:
     try:
@@ -68,4 +81,5 @@ def find_deform_attn_kernel() -> Tuple[Optional[DeformAttnKernel], str]:
     return _mmcv_kernel()
 
 
-__all__ = ['DeformAttnKernel', 'find_deform_attn_kernel', 'kernels_enabled', 'PORTABLE_ENV']
+__all__ = ['DeformAttnKernel', 'call_blocker', 'find_deform_attn_kernel', 'kernels_enabled',
+           'PORTABLE_ENV']
