@@ -1,15 +1,17 @@
-"""Attention's CPU kernel (mmvit_ext.ops.attention): where SDPA has no fused CPU kernel (a bias
-that needs a gradient, Swin's position table in training) the fused path runs the explicit
-product; chosen at build, shown in the repr, equal to SDPA, differentiable twice, off under
-``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else."""
+"""Attention's CPU kernel (mmvit_ext.ops.attention): where SDPA's CPU kernels are the slower way
+(a bias that needs a gradient, Swin's position table in training; bfloat16 with at most 512
+keys) the fused path runs the explicit product; chosen at build, shown in the repr, equal to
+SDPA, differentiable twice, off under ``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else
+(float32 without a bias gradient, float16, long bf16 key sequences)."""
 import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvit_ext.backbones import SwinTransformer
-from mmvit_ext.layers import WindowAttention
+from mmvit_ext import flags
+from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer, VisionTransformer
+from mmvit_ext.layers import Attention, WindowAttention
 from mmvit_ext.ops import find_attention_kernel
 
 TINY_SWIN = dict(arch=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8)),
@@ -29,7 +31,7 @@ def sdpa_calls(monkeypatch):
 def _without_kernel(model):
     other = copy.deepcopy(model)
     for module in other.modules():
-        if isinstance(module, WindowAttention):
+        if hasattr(module, 'kernel_note'):
             module.kernel, module.kernel_note = None, 'removed for the test'
     return other
 
@@ -37,7 +39,7 @@ def _without_kernel(model):
 def test_training_swin_runs_the_explicit_product_equal_to_sdpa(sdpa_calls):
     torch.manual_seed(0)
     model = SwinTransformer(**TINY_SWIN).double().train()
-    assert 'kernel=explicit (cpu, bias with grad); sdpa elsewhere' in repr(model)
+    assert 'kernel=explicit (cpu: bias with grad, bf16 up to 512 keys); sdpa elsewhere' in repr(model)
     reference = _without_kernel(model)
     x = torch.randn(2, 3, 40, 56, dtype=torch.float64)
     outs = model(x)
@@ -81,3 +83,74 @@ def test_portable_env_builds_without_the_kernel(monkeypatch, sdpa_calls):
     assert 'kernel=sdpa (MMVIT_EXT_KERNELS=portable)' in repr(model)
     model(torch.randn(1, 3, 64, 64))
     assert len(sdpa_calls) == BLOCKS
+
+
+def test_bf16_runs_the_explicit_product_up_to_512_keys(sdpa_calls):
+    torch.manual_seed(0)
+    attn = Attention(16, 2).eval()
+    for tokens, expected_sdpa in ((512, 0), (513, 1)):
+        x = torch.randn(1, tokens, 16)
+        sdpa_calls.clear()
+        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+            out = attn(x)
+        assert len(sdpa_calls) == expected_sdpa, tokens  # 513 keys: SDPA, no (N, M) map
+        if expected_sdpa:
+            continue  # SDPA's own bf16 rounding: not the explicit product's bits
+        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16), \
+                flags.fused_attention(False):
+            ref = attn(x)  # the explicit path itself
+        with torch.no_grad():
+            full = attn(x)  # float32, SDPA
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        torch.testing.assert_close(out.float(), full, rtol=0.05, atol=0.05)
+
+
+def test_bf16_pvtv2_training_step_runs_no_sdpa_and_is_as_close_to_float32(sdpa_calls):
+    torch.manual_seed(0)
+    model = PyramidVisionTransformerV2(dict(embed_dims=(8, 16, 16, 16), depths=(1, 1, 1, 1),
+                                            num_heads=(1, 2, 2, 2)), drop_path_rate=0.0).train()
+    x = torch.randn(2, 3, 64, 64)
+    weights = [torch.randn(2, 8, 16, 16)] + [torch.randn(2, 16, s, s) for s in (8, 4, 2)]
+
+    def grads(net, dtype):
+        with torch.autocast('cpu', dtype, enabled=dtype != torch.float32):
+            outs = net(x)
+        sum((o.float() * w).sum() for o, w in zip(outs, weights)).backward()
+        return outs, {name: p.grad for name, p in net.named_parameters()}
+
+    sdpa_model, float_model = _without_kernel(model), copy.deepcopy(model)
+    outs, kernel = grads(model, torch.bfloat16)
+    assert not sdpa_calls  # every block's attention: the explicit product
+    ref_outs, sdpa = grads(sdpa_model, torch.bfloat16)
+    assert len(sdpa_calls) == 4
+    float_outs, exact = grads(float_model, torch.float32)
+    for out, ref, full in zip(outs, ref_outs, float_outs):
+        assert (out.float() - full).norm() <= 2 * (ref.float() - full).norm() + 1e-3
+    for name, g in exact.items():  # bf16 rounding only: as close to float32 as bf16 SDPA
+        err, sdpa_err = ((grad[name] - g).norm() / g.norm() for grad in (kernel, sdpa))
+        assert err <= 2 * sdpa_err + 0.01 and err < 0.1, (name, err, sdpa_err)
+
+
+def test_float16_and_float32_without_bias_gradient_run_sdpa(sdpa_calls):
+    attn = Attention(16, 2)
+    x = torch.randn(1, 49, 16)
+    with torch.no_grad():
+        attn(x)  # float32: the fused kernel
+    with torch.autocast('cpu', torch.float16):
+        attn(x)  # float16 on CPU: never the explicit product (no fast float16 matmul)
+    assert len(sdpa_calls) == 2
+
+
+def test_rel_pos_vit_in_bf16_takes_the_explicit_product_not_the_fold(sdpa_calls):
+    torch.manual_seed(0)
+    model = VisionTransformer(dict(embed_dims=32, depth=2, num_heads=2), use_rel_pos=True,
+                              window_size=2, global_blocks=(1,), img_size=64,
+                              drop_path_rate=0.0).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        out = model(x)
+    assert not sdpa_calls  # 4-token windows and a 16-token global block: the explicit product
+    with torch.no_grad():
+        ref = model(x)  # float32: the tables folded into q and k, SDPA
+    assert len(sdpa_calls) == 2
+    torch.testing.assert_close(out[0].float(), ref[0], rtol=0.05, atol=0.05)

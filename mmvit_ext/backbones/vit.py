@@ -143,7 +143,9 @@ class RelPosAttention(WindowAttention):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
         foldable = all(isinstance(side, int) for side in self.attn_grid)
-        if foldable and self.fused_kernel() and not bias_terms(attn_bias):  # no (N, N) bias
+        # no (N, N) bias: the tables folded into q and k for SDPA (unless the CPU kernel runs)
+        if foldable and self.fused_kernel() and not bias_terms(attn_bias) \
+                and not self.runs_kernel(q, k):
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
             return self.project(scaled_dot_product_attention(q, k, v, None, self.dropout_p, 1.0))

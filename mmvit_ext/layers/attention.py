@@ -14,8 +14,9 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
 
 The final map always passes through ``attn_map`` (an Identity) for analysis hooks. One device
 kernel, chosen when a layer is built and shown in its repr (:mod:`mmvit_ext.ops.attention`):
-on CPU, where SDPA has no fused kernel for a bias that needs a gradient, the fused path runs
-:func:`explicit_attention` instead (``MMVIT_EXT_KERNELS=portable`` turns it off).
+on CPU, where SDPA's kernels are the slower way (a bias that needs a gradient; bfloat16 with
+short key sequences), the fused path runs :func:`explicit_attention` instead
+(``MMVIT_EXT_KERNELS=portable`` turns it off).
 :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
@@ -174,11 +175,16 @@ class AttentionBase(CheckpointedCall, nn.Module):
         if not self.fused_kernel():
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
-        elif attention_kernel_blocker(self.kernel, q, bias_terms(attn_bias)) is None:
+        elif self.runs_kernel(q, k, attn_bias):
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p)  # CPU kernel
         else:
             x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         return self.project(x)
+
+    def runs_kernel(self, q: torch.Tensor, k: torch.Tensor, attn_bias: AttnBias = None) -> bool:
+        """Whether the fused path of this call runs the CPU kernel's explicit product
+        (:mod:`mmvit_ext.ops.attention`) rather than SDPA."""
+        return attention_kernel_blocker(self.kernel, q, k, bias_terms(attn_bias)) is None
 
     @property
     def dropout_p(self) -> float:

@@ -1,15 +1,24 @@
-"""Attention's CPU kernel for an additive bias that needs a gradient: the explicit product.
+"""Attention's CPU kernel: the explicit product where SDPA's CPU kernels are the slower way.
 
-``F.scaled_dot_product_attention`` on CPU has a fused kernel for a bias without a gradient;
-for one with a gradient (Swin's relative-position table in training) it runs its math
-composite, which adds a pass over the map for fully masked rows (``isneginf`` / ``all`` /
-``where``) and scales q and k separately: ~3 % of a Swin-T training step on 2 cores, what
-timm's and mmdet's Swin (explicit maps) do not pay. There the layer runs its explicit product
+``F.scaled_dot_product_attention`` on CPU has a fused (flash) kernel, but two kinds of call
+run faster as the layer's explicit product
 (:func:`mmvit_ext.layers.attention.explicit_attention`: q scaled once, the bias terms added,
-softmax, ``@ v``), plain differentiable torch ops (double backward, ``torch.func``, hooks as
-usual). The biases our models pass are finite (Swin's shift mask is -100), so no row is fully
-masked and the two agree up to rounding. Everywhere else (other devices, a bias without a
-gradient, export, ``torch.compile``) SDPA runs.
+softmax in float32, ``@ v``; plain differentiable torch ops, double backward, ``torch.func``
+and hooks as usual):
+
+* an additive bias that needs a gradient (Swin's relative-position table in training): SDPA
+  runs its math composite there, with a pass over the map for fully masked rows (``isneginf``
+  / ``all`` / ``where``) and q and k scaled separately, ~3 % of a Swin-T training step on
+  2 cores that timm's and mmdet's explicit maps do not pay;
+* bfloat16 with at most ``bf16_max_keys`` keys (windows, PVTv2's reduced keys, DeiT's 197
+  tokens): oneDNN's bf16 matmuls outrun the flash kernel's blocks by 1.2-2.8x there
+  (AVX-512 bf16, 2 cores, forward and backward; docs/speed.md). Longer key sequences keep
+  SDPA, which never materialises their (N, M) maps.
+
+float16 always runs SDPA: without a float16 matmul in oneDNN (no AVX-512 FP16 / AMX) the
+explicit product is 3-13x slower there. The biases our models pass are finite (Swin's shift
+mask is -100), so no row is fully masked and the two paths agree up to rounding. Everywhere
+else (other devices, float32 without a bias gradient, export, ``torch.compile``) SDPA runs.
 """
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
@@ -20,33 +29,45 @@ from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 
 
 @dataclass(frozen=True)
-class BiasGradAttention:
-    """Where the explicit product replaces SDPA: ``devices``, for a bias with a gradient."""
+class ExplicitAttentionKernel:
+    """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
+    (any dtype of ``dtypes``), and for bfloat16 with at most ``bf16_max_keys`` keys."""
 
     devices: Tuple[str, ...] = ('cpu',)
+    dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
+    bf16_max_keys: int = 512
 
     def describe(self) -> str:
-        """What an attention's repr shows: ``'explicit (cpu, bias with grad); sdpa elsewhere'``."""
-        return f'explicit ({", ".join(self.devices)}, bias with grad); sdpa elsewhere'
+        """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad, bf16 up to
+        512 keys); sdpa elsewhere'``."""
+        return (f'explicit ({", ".join(self.devices)}: bias with grad, bf16 up to '
+                f'{self.bf16_max_keys} keys); sdpa elsewhere')
+
+    def blocker(self, q: torch.Tensor, k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
+                ) -> Optional[str]:
+        """Why this call runs SDPA instead of the explicit product, or ``None``."""
+        if q.dtype not in self.dtypes:
+            return f'{q.dtype} (SDPA faster)'
+        if any(t.dtype == torch.bool for t in bias_terms):
+            return 'boolean mask'
+        bias_grad = torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms)
+        if not bias_grad and not (q.dtype == torch.bfloat16 and k.shape[-2] <= self.bf16_max_keys):
+            return 'fused kernel'  # float32 without a bias gradient, or long bf16 keys
+        return call_blocker(self.devices, q)
 
 
-def find_attention_kernel() -> Tuple[Optional[BiasGradAttention], str]:
+def find_attention_kernel() -> Tuple[Optional[ExplicitAttentionKernel], str]:
     """The kernel, or ``(None, why not)`` (``MMVIT_EXT_KERNELS=portable``); read at build."""
     if not kernels_enabled():
         return None, f'{PORTABLE_ENV}=portable'
-    return BiasGradAttention(), ''
+    return ExplicitAttentionKernel(), ''
 
 
-def attention_kernel_blocker(kernel: Optional[BiasGradAttention], q: torch.Tensor,
-                             bias_terms: Sequence[torch.Tensor]) -> Optional[str]:
+def attention_kernel_blocker(kernel: Optional[ExplicitAttentionKernel], q: torch.Tensor,
+                             k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
+                             ) -> Optional[str]:
     """Why this call runs SDPA instead of ``kernel``'s explicit product, or ``None``."""
-    if kernel is None:
-        return 'no kernel'
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms)):
-        return 'no bias gradient'  # SDPA's fused CPU kernel takes it
-    if any(t.dtype == torch.bool for t in bias_terms):
-        return 'boolean mask'
-    return call_blocker(kernel.devices, q)
+    return 'no kernel' if kernel is None else kernel.blocker(q, k, bias_terms)
 
 
-__all__ = ['BiasGradAttention', 'find_attention_kernel', 'attention_kernel_blocker']
+__all__ = ['ExplicitAttentionKernel', 'find_attention_kernel', 'attention_kernel_blocker']
