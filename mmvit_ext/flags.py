@@ -6,8 +6,8 @@
                                             ``attn_map`` forward hooks see every map once,
                                             FLOP counters see the matmuls. ``True`` (default):
                                             attention without map transforms may run
-                                            ``F.scaled_dot_product_attention`` (or, on CPU with
-                                            a bias that needs a gradient, the kernel of
+                                            ``F.scaled_dot_product_attention`` (or, on CPU
+                                            where that is the slower way, the kernel of
                                             :mod:`mmvit_ext.ops.attention`); a module built
                                             with ``fused=False`` never does.
 ``with flags.strict_loading(False):``        backbones accept checkpoints that leave tensors

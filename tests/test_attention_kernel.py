@@ -1,8 +1,9 @@
 """Attention's CPU kernel (mmvit_ext.ops.attention): where SDPA's CPU kernels are the slower way
-(a bias that needs a gradient, Swin's position table in training; bfloat16 with at most 512
-keys) the fused path runs the explicit product; chosen at build, shown in the repr, equal to
-SDPA, differentiable twice, off under ``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else
-(float32 without a bias gradient, float16, long bf16 key sequences)."""
+(a bias that needs a gradient, Swin's position table in training; bfloat16 maps of at most
+2**18 query-key pairs per image and head) the fused path runs the explicit product; chosen at
+build, shown in the repr, equal to SDPA, differentiable twice, off under
+``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else (float32 without a bias gradient, float16,
+larger bf16 maps)."""
 import copy
 
 import pytest
@@ -39,7 +40,7 @@ def _without_kernel(model):
 def test_training_swin_runs_the_explicit_product_equal_to_sdpa(sdpa_calls):
     torch.manual_seed(0)
     model = SwinTransformer(**TINY_SWIN).double().train()
-    assert 'kernel=explicit (cpu: bias with grad, bf16 up to 512 keys); sdpa elsewhere' in repr(model)
+    assert 'kernel=explicit (cpu: bias with grad, bf16 maps <= 262144); sdpa elsewhere' in repr(model)
     reference = _without_kernel(model)
     x = torch.randn(2, 3, 40, 56, dtype=torch.float64)
     outs = model(x)
@@ -85,7 +86,7 @@ def test_portable_env_builds_without_the_kernel(monkeypatch, sdpa_calls):
     assert len(sdpa_calls) == BLOCKS
 
 
-def test_bf16_runs_the_explicit_product_up_to_512_keys(sdpa_calls):
+def test_bf16_runs_the_explicit_product_on_maps_up_to_2_18_pairs(sdpa_calls):
     torch.manual_seed(0)
     attn = Attention(16, 2).eval()
     for tokens, expected_sdpa in ((512, 0), (513, 1)):
@@ -93,7 +94,7 @@ def test_bf16_runs_the_explicit_product_up_to_512_keys(sdpa_calls):
         sdpa_calls.clear()
         with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
             out = attn(x)
-        assert len(sdpa_calls) == expected_sdpa, tokens  # 513 keys: SDPA, no (N, M) map
+        assert len(sdpa_calls) == expected_sdpa, tokens  # 513 x 513 > 2**18: SDPA, no (N, M) map
         if expected_sdpa:
             continue  # SDPA's own bf16 rounding: not the explicit product's bits
         with torch.no_grad(), torch.autocast('cpu', torch.bfloat16), \

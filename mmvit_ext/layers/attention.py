@@ -15,7 +15,7 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
 The final map always passes through ``attn_map`` (an Identity) for analysis hooks. One device
 kernel, chosen when a layer is built and shown in its repr (:mod:`mmvit_ext.ops.attention`):
 on CPU, where SDPA's kernels are the slower way (a bias that needs a gradient; bfloat16 with
-short key sequences), the fused path runs :func:`explicit_attention` instead
+small maps), the fused path runs :func:`explicit_attention` instead
 (``MMVIT_EXT_KERNELS=portable`` turns it off).
 :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
 

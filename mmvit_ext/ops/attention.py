@@ -10,10 +10,12 @@ and hooks as usual):
   runs its math composite there, with a pass over the map for fully masked rows (``isneginf``
   / ``all`` / ``where``) and q and k scaled separately, ~3 % of a Swin-T training step on
   2 cores that timm's and mmdet's explicit maps do not pay;
-* bfloat16 with at most ``bf16_max_keys`` keys (windows, PVTv2's reduced keys, DeiT's 197
-  tokens): oneDNN's bf16 matmuls outrun the flash kernel's blocks by 1.2-2.8x there
-  (AVX-512 bf16, 2 cores, forward and backward; docs/speed.md). Longer key sequences keep
-  SDPA, which never materialises their (N, M) maps.
+* bfloat16 maps of at most ``bf16_max_map`` query-key pairs per image and head (Swin's and
+  ViTDet's windows, DeiT's 197 tokens, PVTv2's later stages): oneDNN's bf16 matmuls outrun the
+  flash kernel's blocks by 1.2-2.8x there (AVX-512 bf16, 2 cores, forward and backward;
+  docs/speed.md). Larger maps keep SDPA, which never materialises them: the explicit product
+  keeps each map for backward (float32 probabilities and their bf16 copy), which on PVTv2-b2's
+  first stages cost more memory (up to 1.3x timm's peak) than the time it saved.
 
 float16 always runs SDPA: without a float16 matmul in oneDNN (no AVX-512 FP16 / AMX) the
 explicit product is 3-13x slower there. The biases our models pass are finite (Swin's shift
@@ -31,17 +33,18 @@ from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 @dataclass(frozen=True)
 class ExplicitAttentionKernel:
     """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
-    (any dtype of ``dtypes``), and for bfloat16 with at most ``bf16_max_keys`` keys."""
+    (any dtype of ``dtypes``), and for bfloat16 maps of at most ``bf16_max_map`` query-key
+    pairs per image and head."""
 
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
-    bf16_max_keys: int = 512
+    bf16_max_map: int = 2 ** 18
 
     def describe(self) -> str:
-        """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad, bf16 up to
-        512 keys); sdpa elsewhere'``."""
-        return (f'explicit ({", ".join(self.devices)}: bias with grad, bf16 up to '
-                f'{self.bf16_max_keys} keys); sdpa elsewhere')
+        """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad, bf16 maps
+        <= 262144); sdpa elsewhere'``."""
+        return (f'explicit ({", ".join(self.devices)}: bias with grad, bf16 maps '
+                f'<= {self.bf16_max_map}); sdpa elsewhere')
 
     def blocker(self, q: torch.Tensor, k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
                 ) -> Optional[str]:
@@ -51,8 +54,9 @@ class ExplicitAttentionKernel:
         if any(t.dtype == torch.bool for t in bias_terms):
             return 'boolean mask'
         bias_grad = torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms)
-        if not bias_grad and not (q.dtype == torch.bfloat16 and k.shape[-2] <= self.bf16_max_keys):
-            return 'fused kernel'  # float32 without a bias gradient, or long bf16 keys
+        small_bf16 = q.dtype == torch.bfloat16 and q.shape[-2] * k.shape[-2] <= self.bf16_max_map
+        if not (bias_grad or small_bf16):
+            return 'fused kernel'  # float32 without a bias gradient, or a large bf16 map
         return call_blocker(self.devices, q)
 
 
