@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from mmvit_ext import flags
 from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer, VisionTransformer
 from mmvit_ext.layers import Attention, WindowAttention
-from mmvit_ext.ops import find_attention_kernel
+import mmvit_ext.ops.attention as kernel_module
+from mmvit_ext.ops import ExplicitAttentionKernel, find_attention_kernel
 
 TINY_SWIN = dict(arch=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8)),
                  window_size=4, drop_path_rate=0.0)
@@ -29,6 +30,27 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
+def _with_bf16_rule(model):
+    """The kernel with its bf16 rule, as built on a CPU with bf16 matmuls (this test's machine
+    may have none: the rule's speed is measured there, its arithmetic is tested here)."""
+    for module in model.modules():
+        if hasattr(module, 'kernel_note'):
+            module.kernel = ExplicitAttentionKernel()
+    return model
+
+
+def test_bf16_rule_only_where_the_cpu_has_bf16_matmuls(monkeypatch):
+    for has, shown in ((True, 'explicit (cpu: bias with grad; bf16 maps <= 262144); sdpa '
+                              'elsewhere'),
+                       (False, 'explicit (cpu: bias with grad); sdpa elsewhere')):
+        monkeypatch.setattr(kernel_module, 'cpu_has_bf16_matmul', lambda: has)
+        kernel, _ = find_attention_kernel()
+        assert kernel.describe() == shown
+        assert f'kernel={shown}' in repr(Attention(8, 2))
+        q = torch.randn(1, 2, 49, 4, dtype=torch.bfloat16)
+        assert (kernel.blocker(q, q, ()) is None) == has
+
+
 def _without_kernel(model):
     other = copy.deepcopy(model)
     for module in other.modules():
@@ -40,7 +62,7 @@ def _without_kernel(model):
 def test_training_swin_runs_the_explicit_product_equal_to_sdpa(sdpa_calls):
     torch.manual_seed(0)
     model = SwinTransformer(**TINY_SWIN).double().train()
-    assert 'kernel=explicit (cpu: bias with grad, bf16 maps <= 262144); sdpa elsewhere' in repr(model)
+    assert 'kernel=explicit (cpu: bias with grad' in repr(model)
     reference = _without_kernel(model)
     x = torch.randn(2, 3, 40, 56, dtype=torch.float64)
     outs = model(x)
@@ -88,7 +110,7 @@ def test_portable_env_builds_without_the_kernel(monkeypatch, sdpa_calls):
 
 def test_bf16_runs_the_explicit_product_on_maps_up_to_2_18_pairs(sdpa_calls):
     torch.manual_seed(0)
-    attn = Attention(16, 2).eval()
+    attn = _with_bf16_rule(Attention(16, 2).eval())
     for tokens, expected_sdpa in ((512, 0), (513, 1)):
         x = torch.randn(1, tokens, 16)
         sdpa_calls.clear()
@@ -110,6 +132,7 @@ def test_bf16_pvtv2_training_step_runs_no_sdpa_and_is_as_close_to_float32(sdpa_c
     torch.manual_seed(0)
     model = PyramidVisionTransformerV2(dict(embed_dims=(8, 16, 16, 16), depths=(1, 1, 1, 1),
                                             num_heads=(1, 2, 2, 2)), drop_path_rate=0.0).train()
+    _with_bf16_rule(model)
     x = torch.randn(2, 3, 64, 64)
     weights = [torch.randn(2, 8, 16, 16)] + [torch.randn(2, 16, s, s) for s in (8, 4, 2)]
 
@@ -147,6 +170,7 @@ def test_rel_pos_vit_in_bf16_takes_the_explicit_product_not_the_fold(sdpa_calls)
     model = VisionTransformer(dict(embed_dims=32, depth=2, num_heads=2), use_rel_pos=True,
                               window_size=2, global_blocks=(1,), img_size=64,
                               drop_path_rate=0.0).eval()
+    _with_bf16_rule(model)
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
         out = model(x)

@@ -15,10 +15,12 @@ and hooks as usual):
   flash kernel's blocks by 1.2-2.8x there (AVX-512 bf16, 2 cores, forward and backward;
   docs/speed.md). Larger maps keep SDPA, which never materialises them: the explicit product
   keeps each map for backward (float32 probabilities and their bf16 copy), which on PVTv2-b2's
-  first stages cost more memory (up to 1.3x timm's peak) than the time it saved.
+  first stages cost more memory (up to 1.3x timm's peak) than the time it saved. Only where
+  oneDNN has bf16 matmuls (AVX-512 bf16, AMX), the case measured: on an AVX2 CPU torch's
+  fallback bf16 GEMM (~1 GFLOP/s) would run the explicit product, so SDPA keeps those calls.
 
 float16 always runs SDPA: without a float16 matmul in oneDNN (no AVX-512 FP16 / AMX) the
-explicit product is 3-13x slower there. The biases our models pass are finite (Swin's shift
+explicit product is 3-20x slower there. The biases our models pass are finite (Swin's shift
 mask is -100), so no row is fully masked and the two paths agree up to rounding. Everywhere
 else (other devices, float32 without a bias gradient, export, ``torch.compile``) SDPA runs.
 """
@@ -34,17 +36,17 @@ from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 class ExplicitAttentionKernel:
     """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
     (any dtype of ``dtypes``), and for bfloat16 maps of at most ``bf16_max_map`` query-key
-    pairs per image and head."""
+    pairs per image and head (0: not for bfloat16, where the CPU has no bf16 matmul)."""
 
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
     bf16_max_map: int = 2 ** 18
 
     def describe(self) -> str:
-        """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad, bf16 maps
+        """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad; bf16 maps
         <= 262144); sdpa elsewhere'``."""
-        return (f'explicit ({", ".join(self.devices)}: bias with grad, bf16 maps '
-                f'<= {self.bf16_max_map}); sdpa elsewhere')
+        bf16 = f'; bf16 maps <= {self.bf16_max_map}' if self.bf16_max_map else ''
+        return f'explicit ({", ".join(self.devices)}: bias with grad{bf16}); sdpa elsewhere'
 
     def blocker(self, q: torch.Tensor, k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
                 ) -> Optional[str]:
@@ -53,18 +55,32 @@ class ExplicitAttentionKernel:
             return f'{q.dtype} (SDPA faster)'
         if any(t.dtype == torch.bool for t in bias_terms):
             return 'boolean mask'
-        bias_grad = torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms)
-        small_bf16 = q.dtype == torch.bfloat16 and q.shape[-2] * k.shape[-2] <= self.bf16_max_map
-        if not (bias_grad or small_bf16):
-            return 'fused kernel'  # float32 without a bias gradient, or a large bf16 map
-        return call_blocker(self.devices, q)
+        blocked = call_blocker(self.devices, q)  # before any arithmetic on (symbolic) sizes
+        if blocked is not None:
+            return blocked
+        if torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms):
+            return None
+        if q.dtype == torch.bfloat16 and q.shape[-2] * k.shape[-2] <= self.bf16_max_map:
+            return None
+        return 'fused kernel'  # float32 without a bias gradient, or a large bf16 map
+
+
+def cpu_has_bf16_matmul() -> bool:
+    """Whether oneDNN runs bfloat16 matmuls on this CPU (AVX-512 bf16 / AMX); without it a
+    bf16 matmul is torch's fallback GEMM, ~100x slower than float32."""
+    try:
+        return bool(torch.backends.mkldnn.is_available()
+                    and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def find_attention_kernel() -> Tuple[Optional[ExplicitAttentionKernel], str]:
-    """The kernel, or ``(None, why not)`` (``MMVIT_EXT_KERNELS=portable``); read at build."""
+    """The kernel, or ``(None, why not)`` (``MMVIT_EXT_KERNELS=portable``); read at build.
+    Its bf16 rule only where the CPU has a bf16 matmul (:func:`cpu_has_bf16_matmul`)."""
     if not kernels_enabled():
         return None, f'{PORTABLE_ENV}=portable'
-    return ExplicitAttentionKernel(), ''
+    return ExplicitAttentionKernel(bf16_max_map=2 ** 18 if cpu_has_bf16_matmul() else 0), ''
 
 
 def attention_kernel_blocker(kernel: Optional[ExplicitAttentionKernel], q: torch.Tensor,
@@ -74,4 +90,5 @@ def attention_kernel_blocker(kernel: Optional[ExplicitAttentionKernel], q: torch
     return 'no kernel' if kernel is None else kernel.blocker(q, k, bias_terms)
 
 
-__all__ = ['ExplicitAttentionKernel', 'find_attention_kernel', 'attention_kernel_blocker']
+__all__ = ['ExplicitAttentionKernel', 'attention_kernel_blocker', 'cpu_has_bf16_matmul',
+           'find_attention_kernel']
