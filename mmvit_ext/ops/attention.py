@@ -66,11 +66,13 @@ class ExplicitAttentionKernel:
 
 
 def cpu_has_bf16_matmul() -> bool:
-    """Whether oneDNN runs bfloat16 matmuls on this CPU (AVX-512 bf16 / AMX); without it a
-    bf16 matmul is torch's fallback GEMM, ~100x slower than float32."""
+    """Whether oneDNN multiplies bfloat16 natively on this CPU (AVX-512 bf16 or AMX), the case
+    measured; elsewhere a bf16 matmul is emulated (AVX-512) or torch's fallback GEMM (AVX2,
+    ~100x slower than float32). False where torch cannot say (torch < 2.2)."""
     try:
         return bool(torch.backends.mkldnn.is_available()
-                    and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+                    and (torch.cpu._is_avx512_bf16_supported()
+                         or torch.cpu._is_amx_tile_supported()))
     except (AttributeError, RuntimeError):
         return False
 
