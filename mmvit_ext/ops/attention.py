@@ -68,7 +68,7 @@ class ExplicitAttentionKernel:
 def cpu_has_bf16_matmul() -> bool:
     """Whether oneDNN multiplies bfloat16 natively on this CPU (AVX-512 bf16 or AMX), the case
     measured; elsewhere a bf16 matmul is emulated (AVX-512) or torch's fallback GEMM (AVX2,
-    ~100x slower than float32). False where torch cannot say (torch < 2.2)."""
+    ~100x slower than float32). False where this torch cannot say."""
     try:
         return bool(torch.backends.mkldnn.is_available()
                     and (torch.cpu._is_avx512_bf16_supported()
