@@ -31,13 +31,18 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
+def _set_kernel(model, kernel, note=''):
+    """Every attention of ``model`` with ``kernel`` (``None``: SDPA only)."""
+    for module in model.modules():
+        if hasattr(module, 'kernel_note'):
+            module.kernel, module.kernel_note = kernel, note
+    return model
+
+
 def _with_bf16_rule(model):
     """The kernel with its bf16 rule, as built on a CPU with bf16 matmuls (this test's machine
     may have none: the rule's speed is measured there, its arithmetic is tested here)."""
-    for module in model.modules():
-        if hasattr(module, 'kernel_note'):
-            module.kernel = ExplicitAttentionKernel()
-    return model
+    return _set_kernel(model, ExplicitAttentionKernel())
 
 
 def test_bf16_rule_only_where_the_cpu_has_bf16_matmuls(monkeypatch):
@@ -53,11 +58,7 @@ def test_bf16_rule_only_where_the_cpu_has_bf16_matmuls(monkeypatch):
 
 
 def _without_kernel(model):
-    other = copy.deepcopy(model)
-    for module in other.modules():
-        if hasattr(module, 'kernel_note'):
-            module.kernel, module.kernel_note = None, 'removed for the test'
-    return other
+    return _set_kernel(copy.deepcopy(model), None, 'removed for the test')
 
 
 def test_training_swin_runs_the_explicit_product_equal_to_sdpa(sdpa_calls):
