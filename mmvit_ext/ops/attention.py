@@ -36,7 +36,7 @@ from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 class ExplicitAttentionKernel:
     """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
     (any dtype of ``dtypes``), and for bfloat16 maps of at most ``bf16_max_map`` query-key
-    pairs per image and head (0: not for bfloat16, where the CPU has no bf16 matmul)."""
+    pairs per image and head (0: not for bfloat16, where the CPU has no native bf16 matmul)."""
 
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
@@ -82,7 +82,8 @@ def find_attention_kernel() -> Tuple[Optional[ExplicitAttentionKernel], str]:
     Its bf16 rule only where the CPU has a bf16 matmul (:func:`cpu_has_bf16_matmul`)."""
     if not kernels_enabled():
         return None, f'{PORTABLE_ENV}=portable'
-    return ExplicitAttentionKernel(bf16_max_map=2 ** 18 if cpu_has_bf16_matmul() else 0), ''
+    return (ExplicitAttentionKernel() if cpu_has_bf16_matmul()
+            else ExplicitAttentionKernel(bf16_max_map=0)), ''
 
 
 def attention_kernel_blocker(kernel: Optional[ExplicitAttentionKernel], q: torch.Tensor,
