@@ -107,8 +107,8 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, attn_bias: A
         if transform.stage == PRE_SOFTMAX:
             logits = transform(logits)
     # reduced precision: the softmax in float32 (float64 stays float64)
-    return logits.softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)
-                          ).to(q.dtype)
+    wide = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return logits.softmax(dim=-1, dtype=wide).to(q.dtype)
 
 
 def final_map(attn: torch.Tensor, transforms: Sequence[MapTransform] = (),

@@ -320,12 +320,17 @@ def counts_batch(transform: MapTransform) -> bool:
     return not transform.counts_in_marked_forward or getattr(_marked, 'depth', 0) > 0
 
 
-def count_in_marked_forward(model: nn.Module) -> None:
-    """Set ``counts_in_marked_forward`` on every map transform of ``model``, whose forward runs
-    inside :func:`marked_forward` (with_cp's recompute then counts no batch again)."""
+def count_in_marked_forward(model: nn.Module) -> bool:
+    """Set ``counts_in_marked_forward`` on every map transform of ``model`` with running
+    statistics, whose forward then runs inside :func:`marked_forward` (with_cp's recompute
+    counts no batch again); whether there was one (else the model needs no mark)."""
+    marked = False
     for module in model.modules():
-        if isinstance(module, MapTransform):
-            module.counts_in_marked_forward = True
+        if isinstance(module, MapTransform) and any(
+                isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+                for m in module.modules()):
+            module.counts_in_marked_forward = marked = True
+    return marked
 
 
 def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
