@@ -26,7 +26,6 @@ longer reads is a warning when mmvit_ext is imported.
 import os
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 KERNELS_ENV = 'MMVIT_EXT_KERNELS'
@@ -83,21 +82,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-def _device_kernels_read_env() -> bool:
-    """Whether this install has device kernels that ``MMVIT_EXT_KERNELS=portable`` turns off
-    (:mod:`mmvit_ext.ops`)."""
-    return (Path(__file__).parent / 'ops' / '__init__.py').is_file()
-
-
 def warn_removed_kernels_env() -> Optional[str]:
     """Warn (and return the line) when ``MMVIT_EXT_KERNELS`` holds a value nothing reads: any
-    value but ``portable``, and ``portable`` too where no device kernel exists to turn off."""
+    value but ``portable``, which turns the device kernels of :mod:`mmvit_ext.ops` off."""
     value = os.environ.get(KERNELS_ENV)
-    if value is None or (value.strip().lower() == 'portable' and _device_kernels_read_env()):
+    if value is None or value.strip().lower() == 'portable':
         return None
-    message = f'mmvit_ext: {KERNELS_ENV}={value!r} is ignored: {KERNELS_REMOVED}'
-    if _device_kernels_read_env():
-        message += f' ({KERNELS_ENV}=portable still turns the device kernels of mmvit_ext.ops off)'
+    message = (f'mmvit_ext: {KERNELS_ENV}={value!r} is ignored: {KERNELS_REMOVED} '
+               f'({KERNELS_ENV}=portable still turns the device kernels of mmvit_ext.ops off)')
     warnings.warn(message, UserWarning, stacklevel=2)
     return message
 

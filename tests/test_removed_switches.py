@@ -39,10 +39,11 @@ def test_kernels_env_var_is_one_warning_at_import():
     assert 'MMVIT_EXT_KERNELS' not in _import_with(None).stderr
 
 
-def test_kernels_env_var_portable_is_quiet_only_where_device_kernels_read_it(monkeypatch):
-    monkeypatch.setenv(flags.KERNELS_ENV, 'portable')
-    monkeypatch.setattr(flags, '_device_kernels_read_env', lambda: True)
+def test_kernels_env_var_portable_is_quiet_and_names_what_it_turns_off(monkeypatch):
+    monkeypatch.setenv(flags.KERNELS_ENV, ' Portable ')
     assert flags.warn_removed_kernels_env() is None
-    monkeypatch.setattr(flags, '_device_kernels_read_env', lambda: False)
-    with pytest.warns(UserWarning, match="MMVIT_EXT_KERNELS='portable' is ignored"):
-        assert 'is ignored' in flags.warn_removed_kernels_env()
+    monkeypatch.setenv(flags.KERNELS_ENV, 'cpu')
+    with pytest.warns(UserWarning, match="MMVIT_EXT_KERNELS='cpu' is ignored"):
+        line = flags.warn_removed_kernels_env()
+    assert line.endswith('(MMVIT_EXT_KERNELS=portable still turns the device kernels of '
+                         'mmvit_ext.ops off)')
