@@ -1,9 +1,9 @@
 """Attention's CPU kernel (mmvit_ext.ops.attention): where SDPA's CPU kernels are the slower way
 (a bias that needs a gradient, Swin's position table in training; bfloat16 maps of at most
-2**18 query-key pairs per image and head) the fused path runs the explicit product; chosen at
-build, shown in the repr, equal to SDPA, differentiable twice, off under
-``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else (float32 without a bias gradient, float16,
-larger bf16 maps)."""
+2**18 query-key pairs per image and head; bfloat16 maps of any size without a gradient, in
+pieces) the fused path runs the explicit product; chosen at build, shown in the repr, equal to
+SDPA, differentiable twice, off under ``MMVIT_EXT_KERNELS=portable``; SDPA everywhere else
+(float32 without a bias gradient, float16, larger bf16 maps to train)."""
 import contextlib
 import copy
 
@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from mmvit_ext import flags
 from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer, VisionTransformer
 from mmvit_ext.layers import Attention, WindowAttention
+import mmvit_ext.layers.attention as attention_layers
 import mmvit_ext.ops.attention as kernel_module
 from mmvit_ext.ops import ExplicitAttentionKernel, find_attention_kernel
 
@@ -46,8 +47,8 @@ def _with_bf16_rule(model):
 
 
 def test_bf16_rule_only_where_the_cpu_has_bf16_matmuls(monkeypatch):
-    for has, shown in ((True, 'explicit (cpu: bias with grad; bf16 maps <= 262144); sdpa '
-                              'elsewhere'),
+    for has, shown in ((True, 'explicit (cpu: bias with grad; bf16 maps <= 262144, any '
+                              'without grad); sdpa elsewhere'),
                        (False, 'explicit (cpu: bias with grad); sdpa elsewhere')):
         monkeypatch.setattr(kernel_module, 'cpu_has_bf16_matmul', lambda: has)
         kernel, _ = find_attention_kernel()
@@ -110,24 +111,77 @@ def test_portable_env_builds_without_the_kernel(monkeypatch, sdpa_calls):
     assert len(sdpa_calls) == BLOCKS
 
 
-def test_bf16_runs_the_explicit_product_on_maps_up_to_2_18_pairs(sdpa_calls):
+def test_bf16_training_runs_the_explicit_product_on_maps_up_to_2_18_pairs(sdpa_calls):
     torch.manual_seed(0)
-    attn = _with_bf16_rule(Attention(16, 2).eval())
+    attn = _with_bf16_rule(Attention(16, 2).eval())  # parameters with a gradient: training
     for tokens, expected_sdpa in ((512, 0), (513, 1)):
         x = torch.randn(1, tokens, 16)
         sdpa_calls.clear()
-        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        with torch.autocast('cpu', torch.bfloat16):
             out = attn(x)
         assert len(sdpa_calls) == expected_sdpa, tokens  # 513 x 513 > 2**18: SDPA, no (N, M) map
         if expected_sdpa:
             continue  # SDPA's own bf16 rounding: not the explicit product's bits
-        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16), \
-                flags.fused_attention(False):
+        with torch.autocast('cpu', torch.bfloat16), flags.fused_attention(False):
             ref = attn(x)  # the explicit path itself
         with torch.no_grad():
             full = attn(x)  # float32, SDPA
         torch.testing.assert_close(out, ref, rtol=0, atol=0)
         torch.testing.assert_close(out.float(), full, rtol=0.05, atol=0.05)
+
+
+def _count_pieces(monkeypatch):
+    calls = []
+    real = attention_layers.explicit_attention
+    monkeypatch.setattr(attention_layers, 'explicit_attention',
+                        lambda q, *a, **k: calls.append(tuple(q.shape)) or real(q, *a, **k))
+    return calls
+
+
+@pytest.mark.parametrize('budget,pieces', [(2 ** 22, [(3, 2, 600, 8)]),  # one piece: all
+                                           (2 * 2 * 600 * 600, [(2, 2, 600, 8), (1, 2, 600, 8)]),
+                                           (2 * 250 * 600, [(1, 2, 250, 8), (1, 2, 250, 8),
+                                                            (1, 2, 100, 8)] * 3)])
+def test_bf16_inference_runs_the_explicit_product_in_pieces(monkeypatch, sdpa_calls, budget,
+                                                            pieces):
+    """No gradient: any bf16 map, in pieces of at most ``bf16_piece_map`` pairs (several images'
+    maps, or rows of one image's maps), equal to the whole explicit product up to bf16 rounding
+    (oneDNN blocks a 250-row product differently from a 600-row one)."""
+    torch.manual_seed(0)
+    attn = _set_kernel(Attention(16, 2).eval(), ExplicitAttentionKernel(bf16_piece_map=budget))
+    x = torch.randn(3, 600, 16)  # 600 x 600 > 2**18: SDPA in training
+    calls = _count_pieces(monkeypatch)
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        out = attn(x)
+    assert not sdpa_calls and calls == pieces
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16), flags.fused_attention(False):
+        whole = attn(x)
+    with torch.no_grad():
+        full = attn(x)  # float32, SDPA
+    torch.testing.assert_close(out, whole, rtol=0.02, atol=0.01)
+    torch.testing.assert_close(out.float(), full, rtol=0.05, atol=0.05)
+
+
+def test_bf16_swin_inference_pieces_take_their_bias_rows(monkeypatch, sdpa_calls):
+    """Windows with a per-head table and a per-window shift mask: each piece (whole windows,
+    or query rows of one window) adds its part of both terms."""
+    torch.manual_seed(0)
+    model = SwinTransformer(**TINY_SWIN).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, 'relative_position_bias_table'):
+                module.relative_position_bias_table.normal_()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16), flags.fused_attention(False):
+        whole = model(x)
+    for budget in (1 * 16 * 16 * 3, 7):  # three windows of stage 1 per piece; 7 pairs: rows
+        _set_kernel(model, ExplicitAttentionKernel(bf16_piece_map=budget))
+        calls = _count_pieces(monkeypatch)
+        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+            outs = model(x)
+        assert not sdpa_calls and len(calls) > BLOCKS, budget
+        for out, ref in zip(outs, whole):
+            torch.testing.assert_close(out, ref, rtol=0.02, atol=0.02)
 
 
 def test_bf16_pvtv2_training_step_runs_no_sdpa_and_is_as_close_to_float32(sdpa_calls):
@@ -171,7 +225,7 @@ def test_float16_and_float32_without_bias_gradient_run_sdpa(sdpa_calls):
     assert len(sdpa_calls) == 1
 
 
-def test_rel_pos_vit_in_bf16_takes_the_explicit_product_not_the_fold(sdpa_calls):
+def test_rel_pos_vit_in_bf16_takes_the_explicit_product_not_the_fold(monkeypatch, sdpa_calls):
     torch.manual_seed(0)
     model = VisionTransformer(dict(embed_dims=32, depth=2, num_heads=2), use_rel_pos=True,
                               window_size=2, global_blocks=(1,), img_size=64,
@@ -185,3 +239,11 @@ def test_rel_pos_vit_in_bf16_takes_the_explicit_product_not_the_fold(sdpa_calls)
         ref = model(x)  # float32: the tables folded into q and k, SDPA
     assert len(sdpa_calls) == 2
     torch.testing.assert_close(out[0].float(), ref[0], rtol=0.05, atol=0.05)
+    _set_kernel(model, ExplicitAttentionKernel(bf16_piece_map=2 * 16 * 5))  # 5 rows a piece
+    calls = _count_pieces(monkeypatch)
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        pieces = model(x)
+    assert len(sdpa_calls) == 2
+    # the global block in row pieces, its tables folded into q and k (24 = 8 + 4 + 4 + 8 pad)
+    assert (1, 2, 5, 24) in calls and (1, 2, 1, 24) in calls
+    torch.testing.assert_close(pieces[0].float(), ref[0], rtol=0.05, atol=0.05)

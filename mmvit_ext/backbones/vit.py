@@ -18,8 +18,7 @@ from torch import nn
 
 from ..converters.layouts import StateDict
 from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
-                      bias_terms, interpolation_matrix, known_equal,
-                      scaled_dot_product_attention)
+                      bias_terms, interpolation_matrix, known_equal)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -142,13 +141,15 @@ class RelPosAttention(WindowAttention):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
-        foldable = all(isinstance(side, int) for side in self.attn_grid)
-        # no (N, N) bias: the tables folded into q and k for SDPA (unless the CPU kernel runs)
-        if foldable and self.fused_kernel() and not bias_terms(attn_bias) \
-                and not self.runs_kernel(q, k):
+        fused = self.fused_kernel() and not bias_terms(attn_bias)
+        piece = self.kernel_piece(q, k) if fused else None
+        # no (N, N) bias for SDPA or the CPU kernel's pieces of query rows: the tables folded
+        # into q and k (the kernel's whole maps take the bias; a symbolic grid, export, too)
+        if fused and (piece is None or piece[1] < q.shape[-2]) \
+                and all(isinstance(side, int) for side in self.attn_grid):
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
-            return self.project(scaled_dot_product_attention(q, k, v, None, self.dropout_p, 1.0))
+            return self.project(self.fused_attention(q, k, v, None, 1.0))
         bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
         return super().attend(q, k, v, (*bias_terms(attn_bias), bias))
 

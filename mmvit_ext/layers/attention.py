@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import flags
-from ..ops.attention import attention_kernel_blocker, find_attention_kernel
+from ..ops.attention import attention_kernel_piece, find_attention_kernel
 from .checkpoint import CheckpointedCall
 
 PRE_SOFTMAX = 'pre_softmax'
@@ -130,6 +130,39 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
                          transforms, attn_map)
 
 
+def explicit_attention_in_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 scale: float, attn_bias: AttnBias, dropout_p: float,
+                                 piece: Tuple[int, int]) -> torch.Tensor:
+    """:func:`explicit_attention` (no map transforms) in pieces of ``piece = (items, rows)``:
+    items of the first dimension (images, windows) and query rows, one piece's map
+    materialised at a time; the pieces' outputs concatenated."""
+    items, rows = piece
+    terms = bias_terms(attn_bias)
+    outs = []
+    for start in range(0, q.shape[0], items):
+        lead = slice(start, start + items)
+        q_lead, k_lead, v_lead = (_lead_piece(t, q.dim(), lead) for t in (q, k, v))
+        lead_terms = [_lead_piece(t, q.dim(), lead) for t in terms]
+        row_outs = []
+        for first in range(0, q.shape[-2], rows):
+            span = slice(first, first + rows)
+            row_terms = tuple(t if t.dim() < 2 or t.shape[-2] == 1 else t[..., span, :]
+                              for t in lead_terms)
+            row_outs.append(explicit_attention(q_lead[..., span, :], k_lead, v_lead, scale,
+                                               row_terms, dropout_p))
+        outs.append(_joined(row_outs, -2))
+    return _joined(outs, 0)
+
+
+def _lead_piece(t: torch.Tensor, dims: int, lead: slice) -> torch.Tensor:
+    """``t``'s items ``lead`` of the first of ``dims`` dimensions (as it broadcasts)."""
+    return t[lead] if t.dim() == dims and t.shape[0] != 1 else t
+
+
+def _joined(pieces: Sequence[torch.Tensor], dim: int) -> torch.Tensor:
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
+
+
 def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                   transforms: Sequence[MapTransform] = (), attn_map: Optional[nn.Module] = None
                   ) -> torch.Tensor:
@@ -175,16 +208,24 @@ class AttentionBase(CheckpointedCall, nn.Module):
         if not self.fused_kernel():
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
-        elif self.runs_kernel(q, k, attn_bias):
-            x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p)  # CPU kernel
         else:
-            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
+            x = self.fused_attention(q, k, v, attn_bias, self.scale)
         return self.project(x)
 
-    def runs_kernel(self, q: torch.Tensor, k: torch.Tensor, attn_bias: AttnBias = None) -> bool:
-        """Whether the fused path of this call runs the CPU kernel's explicit product
-        (:mod:`mmvit_ext.ops.attention`) rather than SDPA."""
-        return attention_kernel_blocker(self.kernel, q, k, bias_terms(attn_bias)) is None
+    def fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        attn_bias: AttnBias, scale: float) -> torch.Tensor:
+        """The fused path: SDPA, or the CPU kernel's explicit product where it takes the call
+        (in the pieces it says; :mod:`mmvit_ext.ops.attention`)."""
+        piece = self.kernel_piece(q, k, attn_bias)
+        if piece is None:
+            return scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, scale)
+        return explicit_attention_in_pieces(q, k, v, scale, attn_bias, self.dropout_p, piece)
+
+    def kernel_piece(self, q: torch.Tensor, k: torch.Tensor, attn_bias: AttnBias = None
+                     ) -> Optional[Tuple[int, int]]:
+        """The pieces ``(items, rows)`` where the CPU kernel's explicit product runs this call
+        of the fused path, ``None`` where SDPA does."""
+        return attention_kernel_piece(self.kernel, q, k, bias_terms(attn_bias))
 
     @property
     def dropout_p(self) -> float:

@@ -6,11 +6,11 @@ the kernel does not run. Compiled libraries are imported lazily, inside the find
 importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` turns every
 kernel off.
 """
-from .attention import (ExplicitAttentionKernel, attention_kernel_blocker, cpu_has_bf16_matmul,
+from .attention import (ExplicitAttentionKernel, attention_kernel_piece, cpu_has_bf16_matmul,
                         find_attention_kernel)
 from .ms_deform_attn import (DeformAttnKernel, call_blocker, find_deform_attn_kernel,
                              kernels_enabled)
 
-__all__ = ['DeformAttnKernel', 'ExplicitAttentionKernel', 'attention_kernel_blocker',
+__all__ = ['DeformAttnKernel', 'ExplicitAttentionKernel', 'attention_kernel_piece',
            'call_blocker', 'cpu_has_bf16_matmul', 'find_attention_kernel',
            'find_deform_attn_kernel', 'kernels_enabled']

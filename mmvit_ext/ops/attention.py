@@ -1,6 +1,6 @@
 """Attention's CPU kernel: the explicit product where SDPA's CPU kernels are the slower way.
 
-``F.scaled_dot_product_attention`` on CPU has a fused (flash) kernel, but two kinds of call
+``F.scaled_dot_product_attention`` on CPU has a fused (flash) kernel, but three kinds of call
 run faster as the layer's explicit product
 (:func:`mmvit_ext.layers.attention.explicit_attention`: q scaled once, the bias terms added,
 softmax in float32, ``@ v``; plain differentiable torch ops, double backward, ``torch.func``
@@ -13,17 +13,26 @@ and hooks as usual):
 * bfloat16 maps of at most ``bf16_max_map`` query-key pairs per image and head (Swin's and
   ViTDet's windows, DeiT's 197 tokens, PVTv2's later stages): oneDNN's bf16 matmuls outrun the
   flash kernel's blocks by 1.2-2.8x there (AVX-512 bf16, 2 cores, forward and backward;
-  docs/speed.md). Larger maps keep SDPA, which never materialises them: the explicit product
-  keeps each map for backward (float32 probabilities and their bf16 copy), which on PVTv2-b2's
-  first stages cost more memory (up to 1.3x timm's peak) than the time it saved. Only where
-  oneDNN has bf16 matmuls (AVX-512 bf16, AMX), the case measured: on an AVX2 CPU torch's
-  fallback bf16 GEMM (~1 GFLOP/s) would run the explicit product, so SDPA keeps those calls.
+  docs/speed.md). Larger maps to train keep SDPA, which never materialises them: the explicit
+  product keeps each map for backward (float32 probabilities and their bf16 copy), which on
+  PVTv2-b2's first stages cost more memory (up to 1.3x timm's peak) than the time it saved;
+* bfloat16 maps of any size that need no gradient (inference), in pieces of at most
+  ``bf16_piece_map`` query-key pairs (whole maps of several images or windows, or query rows
+  of one image's maps): 1.3-2x faster than the flash kernel on PVTv2's first stages and
+  ViTDet's global blocks (docs/speed.md). A piece's float32
+  probabilities (16 MB at 2**22 pairs) stay under glibc's largest mmap threshold (32 MB), so
+  their pages come back from the heap instead of being faulted in anew for every piece.
+
+The bfloat16 rules hold only where oneDNN has bf16 matmuls (AVX-512 bf16, AMX), the case
+measured: on an AVX2 CPU torch's fallback bf16 GEMM (~1 GFLOP/s) would run the explicit
+product, so SDPA keeps those calls.
 
 float16 always runs SDPA: without a float16 matmul in oneDNN (no AVX-512 FP16 / AMX) the
 explicit product is 3-20x slower there. The biases our models pass are finite (Swin's shift
 mask is -100), so no row is fully masked and the two paths agree up to rounding. Everywhere
 else (other devices, float32 without a bias gradient, export, ``torch.compile``) SDPA runs.
 """
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -32,20 +41,29 @@ import torch
 from .ms_deform_attn import PORTABLE_ENV, call_blocker, kernels_enabled
 
 
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records a call on ``tensors`` (grad mode on, one of them requires it)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 @dataclass(frozen=True)
 class ExplicitAttentionKernel:
     """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
-    (any dtype of ``dtypes``), and for bfloat16 maps of at most ``bf16_max_map`` query-key
-    pairs per image and head (0: not for bfloat16, where the CPU has no native bf16 matmul)."""
+    (any dtype of ``dtypes``), for bfloat16 maps of at most ``bf16_max_map`` query-key pairs per
+    image and head, and for bfloat16 maps of any size that need no gradient, in pieces of query
+    rows of at most ``bf16_piece_map`` pairs (all images and heads). ``bf16_max_map=0``: no
+    bfloat16 rule, where the CPU has no native bf16 matmul."""
 
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
     bf16_max_map: int = 2 ** 18
+    bf16_piece_map: int = 2 ** 22
 
     def describe(self) -> str:
         """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad; bf16 maps
-        <= 262144); sdpa elsewhere'``."""
-        bf16 = f'; bf16 maps <= {self.bf16_max_map}' if self.bf16_max_map else ''
+        <= 262144, any without grad); sdpa elsewhere'``."""
+        bf16 = f'; bf16 maps <= {self.bf16_max_map}, any without grad' \
+            if self.bf16_max_map else ''
         return f'explicit ({", ".join(self.devices)}: bias with grad{bf16}); sdpa elsewhere'
 
     def blocker(self, q: torch.Tensor, k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
@@ -58,11 +76,27 @@ class ExplicitAttentionKernel:
         blocked = call_blocker(self.devices, q)  # before any arithmetic on (symbolic) sizes
         if blocked is not None:
             return blocked
-        if torch.is_grad_enabled() and any(t.requires_grad for t in bias_terms):
+        if needs_grad(*bias_terms):
             return None
-        if q.dtype == torch.bfloat16 and q.shape[-2] * k.shape[-2] <= self.bf16_max_map:
+        if q.dtype == torch.bfloat16 and self.bf16_max_map and (
+                not needs_grad(q, k, *bias_terms)
+                or q.shape[-2] * k.shape[-2] <= self.bf16_max_map):
             return None
-        return 'fused kernel'  # float32 without a bias gradient, or a large bf16 map
+        return 'fused kernel'  # float32 without a bias gradient, or a large bf16 map to train
+
+    def piece(self, q: torch.Tensor, k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
+              ) -> Tuple[int, int]:
+        """``(items, rows)``: the explicit product of a call it runs, in pieces of that many
+        items of q's first dimension (images, windows) and query rows. The whole call, or
+        (bfloat16 without a gradient) pieces of at most ``bf16_piece_map`` query-key pairs:
+        whole maps of several items, or rows of one item's maps where one is larger."""
+        items, rows = q.shape[0], q.shape[-2]
+        if q.dtype != torch.bfloat16 or needs_grad(q, k, *bias_terms):
+            return items, rows
+        pairs_per_row = math.prod(q.shape[1:-2]) * k.shape[-2]
+        if pairs_per_row * rows <= self.bf16_piece_map:
+            return min(items, self.bf16_piece_map // (pairs_per_row * rows)), rows
+        return 1, max(1, self.bf16_piece_map // pairs_per_row)
 
 
 def cpu_has_bf16_matmul() -> bool:
@@ -86,12 +120,15 @@ def find_attention_kernel() -> Tuple[Optional[ExplicitAttentionKernel], str]:
             else ExplicitAttentionKernel(bf16_max_map=0)), ''
 
 
-def attention_kernel_blocker(kernel: Optional[ExplicitAttentionKernel], q: torch.Tensor,
-                             k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
-                             ) -> Optional[str]:
-    """Why this call runs SDPA instead of ``kernel``'s explicit product, or ``None``."""
-    return 'no kernel' if kernel is None else kernel.blocker(q, k, bias_terms)
+def attention_kernel_piece(kernel: Optional[ExplicitAttentionKernel], q: torch.Tensor,
+                           k: torch.Tensor, bias_terms: Sequence[torch.Tensor]
+                           ) -> Optional[Tuple[int, int]]:
+    """The pieces ``(items, rows)`` where ``kernel``'s explicit product runs this call
+    (:meth:`ExplicitAttentionKernel.piece`), ``None`` where SDPA does."""
+    if kernel is None or kernel.blocker(q, k, bias_terms) is not None:
+        return None
+    return kernel.piece(q, k, bias_terms)
 
 
-__all__ = ['ExplicitAttentionKernel', 'attention_kernel_blocker', 'cpu_has_bf16_matmul',
+__all__ = ['ExplicitAttentionKernel', 'attention_kernel_piece', 'cpu_has_bf16_matmul',
            'find_attention_kernel']
