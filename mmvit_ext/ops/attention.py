@@ -19,9 +19,9 @@ and hooks as usual):
 * bfloat16 maps of any size that need no gradient (inference), in pieces of at most
   ``bf16_piece_map`` query-key pairs (whole maps of several images or windows, or query rows
   of one image's maps): 1.3-2x faster than the flash kernel on PVTv2's first stages and
-  ViTDet's global blocks (docs/speed.md). A piece's float32
-  probabilities (16 MB at 2**22 pairs) stay under glibc's largest mmap threshold (32 MB), so
-  their pages come back from the heap instead of being faulted in anew for every piece.
+  ViTDet's global blocks (docs/speed.md). A piece's float32 probabilities take 8 MB at
+  2**21 pairs; with glibc's default heap, pieces of 2**22 and 2**23 pairs were slower (more
+  of their pages faulted in anew), pieces of 2**20 rows too few for ViTDet's matmuls.
 
 The bfloat16 rules hold only where oneDNN has bf16 matmuls (AVX-512 bf16, AMX), the case
 measured: on an AVX2 CPU torch's fallback bf16 GEMM (~1 GFLOP/s) would run the explicit
@@ -57,7 +57,7 @@ class ExplicitAttentionKernel:
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
     bf16_max_map: int = 2 ** 18
-    bf16_piece_map: int = 2 ** 22
+    bf16_piece_map: int = 2 ** 21
 
     def describe(self) -> str:
         """What an attention's repr shows, e.g. ``'explicit (cpu: bias with grad; bf16 maps
