@@ -15,8 +15,9 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
 The final map always passes through ``attn_map`` (an Identity) for analysis hooks. One device
 kernel, chosen when a layer is built and shown in its repr (:mod:`mmvit_ext.ops.attention`):
 on CPU, where SDPA's kernels are the slower way (a bias that needs a gradient; bfloat16 with
-small maps), the fused path runs :func:`explicit_attention` instead
-(``MMVIT_EXT_KERNELS=portable`` turns it off).
+small maps, or without a gradient), the fused path runs :func:`explicit_attention` instead,
+in pieces where the kernel says (:func:`explicit_attention_in_pieces`;
+``MMVIT_EXT_KERNELS=portable`` turns it off).
 :mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
