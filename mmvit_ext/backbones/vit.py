@@ -108,8 +108,9 @@ def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.T
     height, width = grid
     bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
     n = height * width
-    rows = torch.eye(height, dtype=k.dtype, device=k.device)[:, None].expand(height, width, height)
-    cols = torch.eye(width, dtype=k.dtype, device=k.device)[None].expand(height, width, width)
+    # one-hot rows built in float32 (torch 2.1 has no bfloat16 ``eye`` on CPU)
+    rows = torch.eye(height, device=k.device).to(k.dtype)[:, None].expand(height, width, height)
+    cols = torch.eye(width, device=k.device).to(k.dtype)[None].expand(height, width, width)
     zeros = q.new_zeros(*q.shape[:-1], -(q.shape[-1] + height + width) % 8)
     q = torch.cat([q * scale, bias_h.flatten(-3, -2).to(q.dtype),
                    bias_w.flatten(-3, -2).to(q.dtype), zeros], dim=-1)
