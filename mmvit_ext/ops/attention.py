@@ -50,9 +50,9 @@ def needs_grad(*tensors: torch.Tensor) -> bool:
 class ExplicitAttentionKernel:
     """Where the explicit product replaces SDPA: on ``devices``, for a bias with a gradient
     (any dtype of ``dtypes``), for bfloat16 maps of at most ``bf16_max_map`` query-key pairs per
-    image and head, and for bfloat16 maps of any size that need no gradient, in pieces of query
-    rows of at most ``bf16_piece_map`` pairs (all images and heads). ``bf16_max_map=0``: no
-    bfloat16 rule, where the CPU has no native bf16 matmul."""
+    image and head, and for bfloat16 maps of any size that need no gradient, in pieces of at
+    most ``bf16_piece_map`` pairs (:meth:`piece`). ``bf16_max_map=0``: no bfloat16 rule, where
+    the CPU has no native bf16 matmul."""
 
     devices: Tuple[str, ...] = ('cpu',)
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16)
