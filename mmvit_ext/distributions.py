@@ -1,13 +1,14 @@
 """The two distributions of each OpenMMLab package: OpenMMLab's own and the maintained OneDL fork.
 
 Both write the same import package (``mmcv``, ``mmdet`` ...), so ``setup.py`` names neither in its
-core requirements: the extras ``mmvit_ext[openmmlab]`` and ``mmvit_ext[onedl]`` pick one. This
-module reads package metadata only (no mm* import), so ``import mmvit_ext`` can say which to
-install before anything imports mmengine.
+core requirements: the extras ``openmmlab`` and ``onedl`` pick one. This module reads package
+metadata and files only (no mm* import), so ``import mmvit_ext`` can say what to install, and
+whether mmcv has its compiled ops, before anything imports mmengine.
 """
 import importlib.util
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 
@@ -27,8 +28,15 @@ PACKAGES: Tuple[Distributions, ...] = (
     Distributions('mmseg', 'mmsegmentation', 'onedl-mmsegmentation'),
     Distributions('mmpretrain', 'mmpretrain', 'onedl-mmpretrain'),
 )
-INSTALL_HINT = ("pip install 'mmvit_ext[openmmlab]' (OpenMMLab's mmengine + mmcv < 2.2) or "
-                "'mmvit_ext[onedl]' (the maintained OneDL forks onedl-mmengine + onedl-mmcv)")
+INSTALL_HINT = ('install torch, then mmcv with its ops, then the extra, from a mmvit_ext checkout '
+                '(docs/install.md): pip install ".[openmmlab]" (OpenMMLab\'s mmengine + mmcv < 2.2) '
+                'or ".[onedl]" (the maintained OneDL forks onedl-mmengine + onedl-mmcv)')
+# what building mmcv's ops needs besides torch, both distributions (requirements/dev.txt's
+# "# build:" line): setuptools >= 80 (onedl-mmcv; torch asks >= 77.0.3), < 82 (mmcv 2.1.0's
+# setup.py imports pkg_resources, which setuptools 82 dropped)
+OPS_BUILD_TOOLS = ('setuptools>=80,<82', 'wheel', 'packaging>=24.2', 'ninja')
+# the import packages whose models import mmcv.ops, and so need its compiled ops
+NEED_OPS = ('mmdet', 'mmseg')
 
 
 def installed_version(name: str) -> Optional[str]:
@@ -48,6 +56,33 @@ def missing_runtime(find: Callable[[str], object] = importlib.util.find_spec) ->
     return f"mmvit_ext needs {' and '.join(missing)}, which {verb} not installed: {INSTALL_HINT}"
 
 
+def ops_fix(dist: str, version: str) -> str:
+    """The command that rebuilds ``dist==version`` with its ops against the installed torch (no
+    build isolation, so the build sees torch; no pip cache, which holds the build without ops)."""
+    tools = ' '.join(f'"{t}"' if '<' in t or '>' in t else t for t in OPS_BUILD_TOOLS)
+    return (f'pip install {tools} && pip install --no-build-isolation --no-cache-dir '
+            f'--force-reinstall --no-deps {dist}=={version}')
+
+
+def missing_ops(find: Callable[[str], object] = importlib.util.find_spec,
+                version: Callable[[str], Optional[str]] = installed_version) -> Optional[str]:
+    """One line naming the installed mmcv distribution and the fix when mmcv has no compiled ops
+    (no ``mmcv/_ext.*`` file: built where torch was not importable), read from disk, no import."""
+    spec = find('mmcv')
+    folders = getattr(spec, 'submodule_search_locations', None) or []
+    if spec is None or any(next(Path(f).glob('_ext.*'), None) for f in folders):
+        return None
+    dist = next((name for name in ('mmcv', 'onedl-mmcv', 'mmcv-lite') if version(name)), 'mmcv')
+    have = version(dist) or '?'
+    if dist == 'mmcv-lite':
+        fix = f'pip uninstall -y mmcv-lite, then {ops_fix("mmcv", have)}'
+    else:
+        fix = ops_fix(dist, have)
+    return (f'mmvit_ext: {dist} {have} has no compiled ops (mmcv._ext), which '
+            f"{' and '.join(NEED_OPS)} models need (RoIAlign, NMS, deformable ops): it was built "
+            f'where torch was not importable. Fix: {fix}')
+
+
 def mixed_distributions(version: Callable[[str], Optional[str]] = installed_version
                         ) -> List[str]:
     """One line per import package installed by both its OpenMMLab and its OneDL distribution."""
@@ -64,5 +99,5 @@ def mixed_distributions(version: Callable[[str], Optional[str]] = installed_vers
     return lines
 
 
-__all__ = ['Distributions', 'INSTALL_HINT', 'PACKAGES', 'installed_version', 'missing_runtime',
-           'mixed_distributions']
+__all__ = ['Distributions', 'INSTALL_HINT', 'NEED_OPS', 'OPS_BUILD_TOOLS', 'PACKAGES',
+           'installed_version', 'missing_ops', 'missing_runtime', 'mixed_distributions', 'ops_fix']

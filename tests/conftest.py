@@ -40,8 +40,16 @@ def _no_leaked_default_scope():
     DefaultScope._instance_dict.update(_SCOPES_AT_START)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption('--install-lines', action='store_true',
+                     help="run the docs' install lines for real (new venvs, pip, network): "
+                          'tests/test_install_lines.py; tools/test_stack.sh passes it')
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In CI, print the 25 slowest tests (the suite's time budget is watched there)."""
+    config.addinivalue_line('markers', 'install_lines: runs install lines for real '
+                                       '(selected by --install-lines, deselected otherwise)')
     if os.environ.get('CI') and not config.option.durations:
         config.option.durations = 25
 
@@ -56,7 +64,13 @@ SLOW_FILES_FIRST = ('test_learning.py',  # 572: a Mask R-CNN trained for 80 iter
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """In xdist workers, order the collection slowest files first (see SLOW_FILES_FIRST)."""
+    """The install-line runs only with --install-lines (and then only they run); in xdist
+    workers, the collection ordered slowest files first (see SLOW_FILES_FIRST)."""
+    wanted = config.getoption('--install-lines')
+    keep = [item for item in items if (item.get_closest_marker('install_lines') is not None) == wanted]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     if _WORKERS > 1:
         rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise

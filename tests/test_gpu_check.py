@@ -31,7 +31,7 @@ def _run(*args, env=None, timeout=2400):
 def test_help_names_the_options_and_steps():
     result = _run('--help')
     assert result.returncode == 0
-    for word in ('--no-install', '--steps', '--device', '--out', *STEPS):
+    for word in ('--install', '--steps', '--device', '--out', *STEPS):
         assert word in result.stdout, word
     listed = re.findall(r'^  ([a-z][a-z-]*) {2,}', result.stdout, re.M)
     assert listed == STEPS  # in the order they run
@@ -79,6 +79,18 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
     result = _run(env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
     assert result.returncode == 1
     assert result.stdout.count('\n') == 1 and 'no CUDA device' in result.stdout
+
+
+def test_install_is_asked_for_and_only_into_a_virtual_environment():
+    """Without --install nothing is installed; with it, a Python outside a venv is refused in one
+    line before any step."""
+    assert not gpu_check.parser().parse_args([]).install
+    system = sys.executable if sys.prefix == sys.base_prefix else \
+        str(Path(sys.base_prefix) / 'bin' / Path(sys.executable).name)
+    result = _run('--device', 'cpu', '--install', env={'PYTHON': system}, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count('\n') == 1 and 'only into a virtual environment' in result.stderr
+    assert gpu_check.in_virtualenv(sys.executable) == (sys.prefix != sys.base_prefix)
 
 
 def test_steps_table_is_the_run_order():

@@ -17,15 +17,19 @@ import setup_env  # noqa: E402
 import stack_tests  # noqa: E402
 
 REQS = {stack: (ROOT / path).read_text() for stack, path in setup_env.STACKS.items()}
+PIN = mmcv_build.MmcvPin('mmcv', '2.1.0', ('wheel',))
 
 
 def test_each_stack_names_its_mmcv_build_tools_and_python():
     pinned, oldest, newest = (mmcv_build.pin_from_requirements(REQS[s])
                               for s in ('pinned', 'oldest', 'newest'))
-    assert pinned == oldest == mmcv_build.MmcvPin('mmcv', '2.1.0', ('setuptools<70', 'wheel', 'ninja'))
+    assert pinned.spec == oldest.spec == 'mmcv==2.1.0'
+    # torch >= 2.12 asks setuptools >= 77.0.3; mmcv 2.1.0's setup.py imports pkg_resources (< 82)
+    assert pinned.build_tools == ('setuptools>=80,<82', 'wheel', 'packaging>=24.2', 'ninja')
+    assert oldest.build_tools == ('setuptools<70', 'wheel', 'ninja')
     assert newest.spec == 'onedl-mmcv==2.3.6' and newest.wheel_prefix == 'onedl_mmcv-2.3.6'
     assert 'setuptools>=80' in newest.build_tools and 'ninja' in newest.build_tools
-    assert setup_env.wanted_python(REQS['pinned']) is None
+    assert setup_env.wanted_python(REQS['pinned']) == '3.11'
     assert setup_env.wanted_python(REQS['oldest']) == '3.9'
     assert setup_env.wanted_python(REQS['newest']) == '3.12'
     for stack, text in REQS.items():  # torch first: mmcv's ops compile against these pins
@@ -33,10 +37,16 @@ def test_each_stack_names_its_mmcv_build_tools_and_python():
         assert [re.split(r'[=<>]', b)[0] for b in base] == ['torch', 'torchvision', 'numpy'], stack
 
 
+def test_a_requirements_file_without_its_mmcv_or_build_tools_is_refused():
+    for text in ('torch==2.11.0\n# build: wheel\n', 'torch==2.11.0\nmmcv==2.1.0\n'):
+        with pytest.raises(ValueError, match='name its mmcv'):
+            mmcv_build.pin_from_requirements(text)
+
+
 def test_cache_key_names_mmcv_torch_device_and_python():
-    pin = mmcv_build.MmcvPin('onedl-mmcv', '2.3.6')
+    pin = mmcv_build.MmcvPin('onedl-mmcv', '2.3.6', ())
     assert mmcv_build.cache_key(pin, '2.11.0', '3.12') == 'onedl-mmcv2.3.6-torch2.11.0-cpu-py312'
-    assert (mmcv_build.cache_key(mmcv_build.MmcvPin(), '2.11.0', '3.12', '12.8', '8.0;9.0+PTX')
+    assert (mmcv_build.cache_key(PIN, '2.11.0', '3.12', '12.8', '8.0;9.0+PTX')
             == 'mmcv2.1.0-torch2.11.0-cu12.8-py312-sm8.0_9.0+PTX')
     assert mmcv_build.arch_key(' 8.6 9.0 ') == mmcv_build.arch_key('8.6,9.0') == '8.6_9.0'
 
@@ -74,16 +84,16 @@ def test_probe_and_info_read_this_interpreter():
 
 
 def test_ensure_mmcv_does_nothing_where_the_ops_run(tmp_path):
-    said = mmcv_build.ensure_mmcv(sys.executable, mmcv_build.MmcvPin(), tmp_path, log=print)
+    said = mmcv_build.ensure_mmcv(sys.executable, PIN, tmp_path, log=print)
     assert said == 'mmcv ops already run on cpu' and not any(tmp_path.iterdir())
 
 
 def test_find_wheel_matches_the_pinned_dist_and_version(tmp_path):
     for name in ('onedl_mmcv-2.3.6-cp312-cp312-linux_x86_64.whl', 'mmcv-2.1.0-cp311-cp311-linux_x86_64.whl'):
         (tmp_path / name).touch()
-    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('onedl-mmcv', '2.3.6')).name.startswith('onedl_mmcv')
-    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin()).name.startswith('mmcv-2.1.0')
-    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('mmcv', '2.2.0')) is None
+    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('onedl-mmcv', '2.3.6', ())).name.startswith('onedl_mmcv')
+    assert mmcv_build.find_wheel(tmp_path, PIN).name.startswith('mmcv-2.1.0')
+    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('mmcv', '2.2.0', ())) is None
 
 
 def test_stamp_covers_the_requirements_and_the_setup_code():
@@ -95,14 +105,22 @@ def test_stamp_covers_the_requirements_and_the_setup_code():
 def test_find_python_prefers_PYTHON_then_the_asked_version(tmp_path):
     assert setup_env.find_python('3.12', env={'PYTHON': '/x/python'}) == '/x/python'
     assert setup_env.find_python(None, env={}) in (sys.executable, __import__('shutil').which('python3'))
-    with pytest.raises(SystemExit, match='Python 2.1'):
-        setup_env.find_python('2.1', env={'PYENV_ROOT': str(tmp_path), 'PATH': os.environ['PATH']})
+    said = []
+    found = setup_env.find_python('2.1', env={'PYENV_ROOT': str(tmp_path), 'PATH': os.environ['PATH']},
+                                  log=said.append)
+    assert found == __import__('shutil').which('python3') and len(said) == 1
+    assert 'Python 2.1' in said[0] and found in said[0]
+    here = '%d.%d' % sys.version_info[:2]
+    assert setup_env.python_version(setup_env.find_python(here, env=dict(os.environ, PYTHON=''))) == here
 
 
 def test_stack_tests_run_the_core_and_the_newest_adds_the_rest():
     oldest, newest = stack_tests.tests_of('oldest'), stack_tests.tests_of('newest')
     assert oldest == list(stack_tests.CORE) and newest[:len(oldest)] == oldest
-    for node in newest:  # every file named exists
+    assert stack_tests.tests_of('pinned') == []  # CI runs its whole suite
+    lines = [n for nodes in stack_tests.INSTALL_LINES.values() for n in nodes]
+    assert any(n.endswith('[pinned]') for n in lines) and any(n.endswith('[newest]') for n in lines)
+    for node in newest + lines:  # every file named exists
         assert (ROOT / node.split('::')[0]).is_file(), node
 
 
@@ -130,3 +148,60 @@ def test_help_of_the_bootstraps():
     bad = subprocess.run(['bash', 'tools/setup_env.sh', '--stack', 'latest'], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'latest'" in bad.stderr
+
+
+def test_a_torch_that_needs_cxx20_gets_mmcv_compiled_as_cxx20(tmp_path):
+    """torch >= 2.14's ATen.h refuses C++17 and mmcv's setup.py passes -std=c++17 after torch's
+    flags: the recipe raises it in the source release it builds (both compilers' spellings)."""
+    setup_py = tmp_path / 'setup.py'
+    setup_py.write_text("cxx = ['-std=c++17']\nnvcc += ['-std=c++17']\nmsvc = ['/std:c++17']\n"
+                        "old = ['-std=c++14']\n")
+    assert mmcv_build.raise_cxx_standard(setup_py) == 3
+    assert setup_py.read_text() == ("cxx = ['-std=c++20']\nnvcc += ['-std=c++20']\n"
+                                    "msvc = ['/std:c++20']\nold = ['-std=c++14']\n")
+    assert mmcv_build.raise_cxx_standard(setup_py) == 0  # nothing left to raise
+    import torch  # this interpreter's torch: 2.11 (pinned) and 2.1 (oldest) take C++17
+    needs = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]) >= (2, 14)
+    assert mmcv_build.torch_needs_cxx20(sys.executable) == needs
+
+
+def _readme_stacks() -> dict:
+    """README's tested-stacks table: stack -> (file, 'Python, torch, numpy' cell, packages cell)."""
+    rows = re.findall(r'^\| (pinned|newest|oldest) \(`(requirements/\w+\.txt)`\) \| ([^|]+) \| ([^|]+) \|',
+                      (ROOT / 'README.md').read_text(), re.M)
+    return {stack: (path, versions.strip(), packages.strip()) for stack, path, versions, packages in rows}
+
+
+def _named_versions(cell: str, onedl: bool) -> dict:
+    """``'mmcv 2.1.0 (built), mmdet 3.3'`` -> {'mmcv': '2.1.0', 'mmdet': '3.3'}; ``-mmengine``
+    after ``OneDL:`` is ``onedl-mmengine``; mmseg is the mmsegmentation distribution."""
+    names = {}
+    for name, version in re.findall(r'(-?[a-z][a-z-]*) (\d[\d.]*\d|\d)', cell):
+        name = {'mmseg': 'mmsegmentation'}.get(name.lstrip('-'), name.lstrip('-'))
+        if onedl and name.startswith('mm'):
+            name = f'onedl-{name}'
+        names[name] = version
+    return names
+
+
+def test_readme_stacks_table_is_the_requirements_files():
+    table = _readme_stacks()
+    assert set(table) == set(setup_env.STACKS)
+    for stack, (path, versions, packages) in table.items():
+        assert path == setup_env.STACKS[stack]
+        text = REQS[stack]
+        pins = dict(re.findall(r'^([\w.-]+)(?:==|>=)(\S+)', text, re.M))
+        python, torch, numpy = (v.strip() for v in versions.split(','))
+        assert python == setup_env.wanted_python(text), stack
+        for name, shown in (('torch', torch), ('numpy', numpy)):
+            assert (pins[name] + '.').startswith(shown + '.'), (stack, name, shown, pins[name])
+        if packages == 'as pinned':
+            packages = table['pinned'][2]
+        named = _named_versions(packages, onedl=packages.startswith('OneDL'))
+        assert {'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain'} <= \
+            {n.replace('onedl-', '').replace('mmdetection', 'mmdet') for n in named}, named
+        for name, shown in named.items():
+            assert name in pins, (stack, name)
+            assert (pins[name] + '.').startswith(shown + '.'), (stack, name, shown, pins[name])
+        pin = mmcv_build.pin_from_requirements(text)
+        assert named[pin.dist] == pin.version, stack

@@ -73,7 +73,9 @@ class Plan:
 
     @property
     def pin(self) -> mmcv_build.MmcvPin:
-        return mmcv_build.MmcvPin('mmcv', wheel_set.pinned(self.entries, 'mmcv'))
+        build_tools = mmcv_build.pin_from_requirements(
+            (ROOT / 'requirements' / 'dev.txt').read_text()).build_tools
+        return mmcv_build.MmcvPin('mmcv', wheel_set.pinned(self.entries, 'mmcv'), build_tools)
 
     @property
     def torch(self) -> str:

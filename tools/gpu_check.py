@@ -367,7 +367,7 @@ def install_stack(python: str, logs: Path, log: Callable[[str], None] = print) -
     if sets:
         return
     dev = (ROOT / 'requirements' / 'dev.txt').read_text()
-    cache = Path(os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache'))) / 'mmvit_ext' / 'mmcv'
+    cache = mmcv_build.cache_root()
     log(mmcv_build.ensure_mmcv(python, mmcv_build.pin_from_requirements(dev), cache, log=log))
     requirements = logs / 'requirements.txt'
     requirements.write_text(requirements_without_torch(dev))
@@ -387,6 +387,13 @@ def install_action(check: Check) -> Callable[[TextIO], int]:
 def cuda_visible(python: str) -> bool:
     return subprocess.run([python, '-c', 'import torch, sys; sys.exit(not torch.cuda.is_available())'],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def in_virtualenv(python: str) -> bool:
+    """Whether ``python`` runs in a virtual environment (its prefix is not its base prefix)."""
+    out = subprocess.run([python, '-c', 'import sys; print(sys.prefix != sys.base_prefix)'],
+                         capture_output=True, text=True)
+    return out.returncode == 0 and out.stdout.strip() == 'True'
 
 
 def describe(python: str, device: str) -> str:
@@ -422,7 +429,8 @@ environment: PYTHON (the interpreter the steps run with; default: this one, whic
 tools/gpu_check.sh picks as $PYTHON, else .venv/bin/python, else python3); BENCH_BATCH (the
 CUDA bench batch, default 8); BENCH_MODELS (the CUDA bench / compiled models, comma-separated,
 default swin:tiny,pvtv2:b2,vit:b).
-install (CUDA, unless --no-install): each wheel set of tools/build_gpu_wheels.sh found in
+--install (CUDA only; nothing is installed without it, and never into a Python outside a virtual
+environment): each wheel set of tools/build_gpu_wheels.sh found in
 .whl/SET/ (pip --no-index --no-deps); without any, mmcv with CUDA ops through tools/mmcv_build.py
 (probed on the device; built for its archs, TORCH_CUDA_ARCH_LIST and MAX_JOBS honoured, and
 cached) and requirements/dev.txt minus torch and torchvision from PyPI."""
@@ -436,8 +444,9 @@ cached) and requirements/dev.txt minus torch and torchvision from PyPI."""
     p.add_argument('--steps', default=','.join(n for n, step in STEPS.items() if step.default),
                    metavar='LIST',
                    help='only these steps (comma-separated, e.g. --steps bench,ladder to rerun two)')
-    p.add_argument('--no-install', dest='install', action='store_false',
-                   help='use the Python environment as it is (no pip)')
+    p.add_argument('--install', action='store_true',
+                   help='first install what the checks need into the virtual environment of PYTHON '
+                        '(default: use the environment as it is; never pip into a Python outside a venv)')
     return p
 
 
@@ -450,6 +459,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     python = os.environ.get('PYTHON') or sys.executable
     os.chdir(ROOT)
+    if args.install and not in_virtualenv(python):
+        print(f'gpu_check: --install installs only into a virtual environment; {python} is not in '
+              'one (python3 -m venv .venv, then PYTHON=.venv/bin/python)', file=sys.stderr)
+        return 2
     if args.device == 'cuda' and not cuda_visible(python):
         print(f'gpu_check: no CUDA device visible to {python} (torch.cuda.is_available() is False); '
               'nothing checked (--device cpu runs the CPU variant)')

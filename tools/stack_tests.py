@@ -1,8 +1,10 @@
-"""A tested stack other than the pinned one, set up and its tests run (``bash tools/test_stack.sh``).
+"""A tested stack, set up and its tests run (``bash tools/test_stack.sh``).
 
+pinned: requirements/dev.txt (CI runs its whole suite; here the install lines of the docs);
 oldest: requirements/oldest.txt (Python 3.9, torch 2.1 + mmcv 2.1.0); newest:
-requirements/newest.txt (Python 3.12, torch 2.11 + the OneDL forks, numpy 2). Both are run by
-hand (docs/install.md); CI runs the pinned suite (.ci/run).
+requirements/newest.txt (the newest torch + the OneDL forks). Each runs its subset, then the
+install lines of README.md and docs/ that belong to it (tests/test_install_lines.py, for real:
+new venvs, pip, the network), the newest also every extra's resolution.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ CORE = (
 )
 # the newest stack adds the classifier task, timm's current models and the known breaks
 EXTRA = {
+    'pinned': (),
     'oldest': (),
     'newest': (
         'tests/test_configs.py::test_config_trains_one_step_and_predicts'
@@ -41,25 +44,39 @@ EXTRA = {
         'tests/test_timm_backbone.py', 'tests/test_env_check.py',
     ),
 }
+# the install lines run for real (pytest --install-lines), per stack
+INSTALL_LINES = {
+    'pinned': ('tests/test_install_lines.py::test_a_new_environment_as_the_docs_say[pinned]',),
+    'oldest': (),
+    'newest': ('tests/test_install_lines.py::test_a_new_environment_as_the_docs_say[newest]',
+               'tests/test_install_lines.py::test_each_extra_resolves_clear_of_the_known_breaks'),
+}
 
 
 def tests_of(stack: str) -> List[str]:
-    """The pytest node ids a stack runs."""
-    return [*CORE, *EXTRA[stack]]
+    """The pytest node ids a stack runs (the pinned stack's suite is CI's whole one)."""
+    return [] if stack == 'pinned' else [*CORE, *EXTRA[stack]]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog='bash tools/test_stack.sh', description=__doc__.split('\n')[0])
     parser.add_argument('stack', choices=tuple(EXTRA))
-    parser.add_argument('--venv', type=Path, help="the stack's venv (default: .venv-STACK)")
+    parser.add_argument('--venv', type=Path, help="the stack's venv (default: .venv, .venv-STACK)")
     args, pytest_args = parser.parse_known_args(argv)
-    venv = (args.venv or setup_env.ROOT / f'.venv-{args.stack}').absolute()
+    default = '.venv' if args.stack == 'pinned' else f'.venv-{args.stack}'
+    venv = (args.venv or setup_env.ROOT / default).absolute()
     setup_env.setup(args.stack, venv)
-    # its own temp root and no cache files: it may run beside another pytest in this checkout
-    with tempfile.TemporaryDirectory(prefix=f'mmvit_ext_{args.stack}.') as basetemp:
-        return subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                               '--basetemp', basetemp, *tests_of(args.stack), *pytest_args],
-                              cwd=setup_env.ROOT).returncode
+    runs = [(tests_of(args.stack), []), (list(INSTALL_LINES[args.stack]), ['--install-lines'])]
+    code = 0
+    for nodes, options in runs:
+        if not nodes:
+            continue
+        # its own temp root and no cache files: it may run beside another pytest in this checkout
+        with tempfile.TemporaryDirectory(prefix=f'mmvit_ext_{args.stack}.') as basetemp:
+            code |= subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pytest', '-q', '-p',
+                                    'no:cacheprovider', '--basetemp', basetemp, *options, *nodes,
+                                    *pytest_args], cwd=setup_env.ROOT).returncode
+    return code
 
 
 if __name__ == '__main__':
