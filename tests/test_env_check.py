@@ -1,19 +1,30 @@
 """mmvit_ext.utils.env_check: installed-package combinations that break the peers' imports."""
+import dataclasses
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
+import torch
 from mmengine.config import Config
 
-from mmvit_ext.utils import env_check
+from mmvit_ext.utils import env_check, transformers_compat
 
 ROOT = Path(__file__).resolve().parents[1]
+FORK_BREAK = next(b for b in env_check.KNOWN_BREAKS if b.package == 'onedl-mmpretrain')
 
 
 def fake(versions):
     return lambda name: versions.get(name)
+
+
+@pytest.fixture(autouse=True)
+def unmended(monkeypatch):
+    """Fake versions are judged as if nothing were mended in this process (on the newest stack
+    ``import mmvit_ext`` has mended the fork's break for the real packages)."""
+    monkeypatch.setattr(env_check, '_MENDED', set())
 
 
 BROKEN = {'mmpretrain': '1.2.0', 'transformers': '5.17.0', 'pycocotools': '2.0.11'}
@@ -96,7 +107,89 @@ def test_the_fork_breaks_from_transformers_5():
     assert env_check.problems(fake({**fork, 'transformers': '4.57.6'})) == []
     (line,) = env_check.problems(fake({**fork, 'transformers': '5.0.0'}))
     assert 'onedl-mmpretrain 1.3.6 cannot be imported beside transformers 5.0.0' in line
+    assert 'import mmvit_ext before mmdet / mmpretrain' in line
     assert "transformers<5" in line and 'uninstall it' in line
+
+
+def test_the_fork_break_is_mended_only_where_installed(monkeypatch):
+    """``mend_breaks`` runs a break's mend once, only where its versions are installed; a mended
+    break is no longer named."""
+    calls = []
+    counted = dataclasses.replace(FORK_BREAK, mend=lambda: calls.append(1) or True)
+    monkeypatch.setattr(env_check, 'KNOWN_BREAKS', (counted,))
+    fork = {'onedl-mmpretrain': '1.3.6', 'pycocotools': '2.0.11', 'transformers': '5.24.0'}
+    for clean in ({**fork, 'transformers': '4.57.6'}, {**fork, 'onedl-mmpretrain': '1.3.7'},
+                  {**fork, 'pycocotools': None}):
+        assert env_check.mend_breaks(fake(clean)) == [] and calls == []
+    assert len(env_check.problems(fake(fork))) == 1
+    assert env_check.mend_breaks(fake(fork)) == [counted] and calls == [1]
+    assert env_check.problems(fake(fork)) == []
+    assert env_check.mend_breaks(fake(fork)) == [counted] and calls == [1]  # once
+
+
+def test_a_mend_that_fails_leaves_the_break_named(monkeypatch):
+    failing = dataclasses.replace(FORK_BREAK, mend=lambda: False)
+    monkeypatch.setattr(env_check, 'KNOWN_BREAKS', (failing,))
+    fork = {'onedl-mmpretrain': '1.3.6', 'pycocotools': '2.0.11', 'transformers': '5.24.0'}
+    assert env_check.mend_breaks(fake(fork)) == []
+    assert len(env_check.problems(fake(fork))) == 1
+
+
+@pytest.mark.parametrize('heads,n_heads,head_size,pruned,to_prune,kept', [
+    ([1, 3], 4, 2, set(), {1, 3}, [0, 1, 4, 5]),
+    ([], 3, 2, set(), set(), [0, 1, 2, 3, 4, 5]),
+    # head 0 went before: the layer holds heads 1, 2, 3 in blocks 0, 1, 2; head 2 is block 1
+    ([0, 2], 3, 2, {0}, {2}, [0, 1, 4, 5]),
+    ([2, 5], 4, 3, {1, 4}, {2, 5}, [0, 1, 2, 6, 7, 8]),  # heads 0, 2, 3, 5 left: blocks 1, 3 go
+])
+def test_the_supplied_helper_keeps_the_rows_of_the_other_heads(heads, n_heads, head_size,
+                                                               pruned, to_prune, kept):
+    got_heads, got_kept = transformers_compat.find_pruneable_heads_and_indices(
+        heads, n_heads, head_size, pruned)
+    assert got_heads == to_prune and got_kept.dtype == torch.int64
+    assert got_kept.tolist() == kept
+    pytorch_utils = pytest.importorskip('transformers.pytorch_utils')
+    theirs = pytorch_utils.__dict__.get(transformers_compat.HELPER)
+    if theirs is not None and theirs is not transformers_compat.find_pruneable_heads_and_indices:
+        ref_heads, ref_kept = theirs(heads, n_heads, head_size, set(pruned))  # transformers 4's
+        assert ref_heads == got_heads and ref_kept.tolist() == kept
+
+
+def test_the_helper_is_supplied_only_where_missing():
+    lacking = types.ModuleType('pytorch_utils')
+    assert transformers_compat.supply_helper(lacking)
+    assert lacking.find_pruneable_heads_and_indices is \
+        transformers_compat.find_pruneable_heads_and_indices
+    own = types.ModuleType('pytorch_utils')
+    own.find_pruneable_heads_and_indices = theirs = lambda *args: None
+    assert transformers_compat.supply_helper(own)
+    assert own.find_pruneable_heads_and_indices is theirs
+
+
+@pytest.mark.skipif(FORK_BREAK.message() is None,
+                    reason='onedl-mmpretrain <= 1.3.6 beside transformers >= 5 (the newest stack)')
+def test_the_newest_stack_imports_the_peers_after_mmvit_ext_only():
+    """With the fork's break installed, mmdet / mmpretrain import after mmvit_ext (BLIP's
+    attention then prunes heads with the supplied helper), and still fail before it."""
+    after = ("import mmvit_ext, mmdet.models, mmpretrain.models, torch\n"
+             "from transformers import pytorch_utils, BertConfig\n"
+             "from mmpretrain.models.multimodal.blip import language_model as lm\n"
+             "from mmvit_ext.utils.env_check import problems\n"
+             "ours = mmvit_ext.utils.transformers_compat.find_pruneable_heads_and_indices\n"
+             "assert pytorch_utils.find_pruneable_heads_and_indices is ours\n"
+             "assert lm.find_pruneable_heads_and_indices is ours and problems() == []\n"
+             "attn = lm.BertAttention(BertConfig(hidden_size=8, num_attention_heads=4))\n"
+             "attn.prune_heads([1, 3])\n"
+             "print(tuple(attn.self.query.weight.shape), tuple(attn.output.dense.weight.shape),"
+             " attn.self.num_attention_heads)\n")
+    result = subprocess.run([sys.executable, '-c', after], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-5:] == ['(4,', '8)', '(8,', '4)', '2']
+    assert 'cannot be imported beside' not in result.stderr
+    before = subprocess.run([sys.executable, '-c', 'import mmdet.models'], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert before.returncode != 0 and 'NoneType takes no arguments' in before.stderr
 
 
 def test_boundaries_and_version_parsing():
@@ -107,14 +200,16 @@ def test_boundaries_and_version_parsing():
         env_check.parse_version('main')
 
 
-def test_tested_stack_has_no_known_break_and_train_refuses_one(tmp_path):
-    """A tested stack (pinned: transformers 4.46.3 beside mmpretrain 1.2.0; newest: 4.57.6 beside
-    onedl-mmpretrain 1.3.6) is clean; tools/train.py stops with the line before building
-    anything when a break is installed."""
+def test_tested_stack_has_no_known_break_and_train_refuses_one(tmp_path, monkeypatch):
+    """A tested stack (pinned: transformers 4.46.3 beside mmpretrain 1.2.0; newest: 5.24 beside
+    onedl-mmpretrain 1.3.6, mended by ``import mmvit_ext``) is clean; tools/train.py stops with
+    the line before building anything when an unmended break is installed."""
+    monkeypatch.setattr(env_check, '_MENDED', set(env_check.mend_breaks()))
     assert env_check.problems() == []
     shim = tmp_path / 'sitecustomize.py'  # the installed metadata, as a broken environment has it
     shim.write_text('from importlib import metadata\nreal = metadata.version\n'
-                    'metadata.version = lambda n: "5.17.0" if n == "transformers" else real(n)\n')
+                    'broken = {"transformers": "5.17.0", "mmpretrain": "1.2.0"}\n'
+                    'metadata.version = lambda n: broken.get(n) or real(n)\n')
     env = {'PYTHONPATH': f'{tmp_path}:{ROOT}', 'PATH': '/usr/bin:/bin'}
     result = subprocess.run([sys.executable, 'tools/train.py', 'configs/demo/mask_rcnn_pvtv2_b2_demo.py'],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)

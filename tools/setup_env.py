@@ -122,7 +122,7 @@ def setup(stack: str, venv: Path) -> None:
         raise SystemExit(f'[setup_env] error: {e}')
     mmcv_build.pip_install(py, '-r', str(reqs_path))
     mmcv_build.pip_install(py, '--no-deps', '--no-build-isolation', '-e', str(ROOT))
-    check = ('import torch, mmcv, mmcv._ext, mmdet.models, mmseg.models, mmpretrain.models, mmvit_ext;'
+    check = ('import torch, mmcv, mmcv._ext, mmvit_ext, mmdet.models, mmseg.models, mmpretrain.models;'
              f' print("[setup_env] {stack} stack OK: torch", torch.__version__, "mmcv", mmcv.__version__)')
     subprocess.run([py, '-c', check], check=True)
     stamp.write_text(want + '\n')

@@ -7,6 +7,9 @@ anything, when the run's config reaches a failing package (a segmentation run th
 mmpretrain goes on). An environment holding both the OpenMMLab and the OneDL distribution of one
 package (:mod:`mmvit_ext.distributions`) is named the same way. A user whose installed packages
 are patched sets ``MMVIT_EXT_IGNORE_KNOWN_BREAKS=1``: the tools then warn instead of stopping.
+
+A break with a ``mend`` (a helper the peers import that mmvit_ext can supply) is mended by
+``import mmvit_ext`` (:func:`mend_breaks`) and then no longer named.
 """
 import os
 import warnings
@@ -15,6 +18,7 @@ from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
 from ..distributions import installed_version, mixed_distributions
 from ..torch_compat import parse_release as parse_version
+from .transformers_compat import mend_onedl_mmpretrain
 
 Version = Tuple[int, ...]
 IGNORE_ENV = 'MMVIT_EXT_IGNORE_KNOWN_BREAKS'
@@ -33,6 +37,8 @@ class KnownBreak:
     fails: Tuple[str, ...]  # the import packages (config scopes) whose import then fails
     why: str
     fix: str
+    # what ``import mmvit_ext`` does about it: supplies what is missing, True once it has
+    mend: Optional[Callable[[], bool]] = None
 
     def message(self, version: Callable[[str], Optional[str]] = installed_version
                 ) -> Optional[str]:
@@ -70,19 +76,32 @@ KNOWN_BREAKS = (
              "transformers.pytorch_utils (gone since transformers 5.0) and then subclass None "
              "('TypeError: NoneType takes no arguments'); mmdet.models imports mmpretrain, so "
              "detection configs fail as well"),
-        fix="pip install 'transformers<5'; or, " + _NO_MMPRETRAIN),
+        fix=("import mmvit_ext before mmdet / mmpretrain (it supplies the helper; configs do "
+             "through custom_imports); pip install 'transformers<5'; or, " + _NO_MMPRETRAIN),
+        mend=mend_onedl_mmpretrain),
 )
+_MENDED: Set[KnownBreak] = set()  # the breaks mended in this process
+
+
+def mend_breaks(version: Callable[[str], Optional[str]] = installed_version) -> List[KnownBreak]:
+    """Mend each installed break that has a mend (``import mmvit_ext`` calls this before the
+    peers are imported); the breaks mended."""
+    for known in KNOWN_BREAKS:
+        if known.mend is not None and known not in _MENDED and known.message(version) and \
+                known.mend():
+            _MENDED.add(known)
+    return [known for known in KNOWN_BREAKS if known in _MENDED]
 
 
 def problems(version: Optional[Callable[[str], Optional[str]]] = None,
              scopes: Optional[Iterable[str]] = None) -> List[str]:
-    """One line per known break among the installed packages and per package installed by both
-    of its distributions; with ``scopes`` (the packages a run reaches), only the breaks that
-    fail one of them."""
+    """One line per known break among the installed packages that is not mended in this process
+    and per package installed by both of its distributions; with ``scopes`` (the packages a run
+    reaches), only the breaks that fail one of them."""
     version = version or installed_version
     wanted = None if scopes is None else set(scopes)
     found = [b.message(version) for b in KNOWN_BREAKS
-             if wanted is None or wanted & set(b.fails)]
+             if b not in _MENDED and (wanted is None or wanted & set(b.fails))]
     return [m for m in found if m is not None] + mixed_distributions(version)
 
 
@@ -134,4 +153,5 @@ def require_working_environment(cfg: Any = None) -> None:
 
 
 __all__ = ['IGNORE_ENV', 'KNOWN_BREAKS', 'KnownBreak', 'config_scopes', 'installed_version',
-           'parse_version', 'problems', 'require_working_environment', 'warn_problems']
+           'mend_breaks', 'parse_version', 'problems', 'require_working_environment',
+           'warn_problems']

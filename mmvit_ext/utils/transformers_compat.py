@@ -1,0 +1,57 @@
+"""The one helper onedl-mmpretrain (<= 1.3.6) takes from transformers that transformers 5 dropped.
+
+onedl-mmpretrain's multimodal models (imported by ``mmpretrain.models`` when transformers and
+pycocotools are installed, and so by ``mmdet.models``) import ``find_pruneable_heads_and_indices``
+from ``transformers.pytorch_utils``; transformers 5 removed it, and the failed import leaves the
+models subclassing ``None`` (``TypeError: NoneType takes no arguments``). ``import mmvit_ext``
+puts our version, written from transformers 4's documented behaviour, in its place, only where
+that break is installed (:data:`mmvit_ext.utils.env_check.KNOWN_BREAKS`) and the name is
+missing; nothing else in transformers or mmpretrain is touched. An import of ``mmdet.models`` or
+``mmpretrain.models`` before ``mmvit_ext`` still fails (configs import mmvit_ext first, through
+``custom_imports``).
+"""
+from types import ModuleType
+from typing import Iterable, Set, Tuple
+
+import torch
+
+HELPER = 'find_pruneable_heads_and_indices'
+
+
+def find_pruneable_heads_and_indices(heads: Iterable[int], n_heads: int, head_size: int,
+                                     already_pruned_heads: Set[int]
+                                     ) -> Tuple[Set[int], torch.Tensor]:
+    """The heads still to prune and the rows (of the query / key / value projections; columns of
+    the output one) that stay, for a layer that now holds ``n_heads`` heads of ``head_size``.
+
+    ``heads`` and ``already_pruned_heads`` are numbered as in the unpruned layer; the heads
+    pruned before sit in no row any more, so a head's row block is its number less the pruned
+    heads numbered below it. Returns ``(set(heads) - already_pruned_heads, kept)`` with ``kept``
+    an int64 index of length ``(n_heads - len(new heads)) * head_size``, ascending.
+    """
+    to_prune = set(heads) - set(already_pruned_heads)
+    blocks = {head - sum(p < head for p in already_pruned_heads) for head in to_prune}
+    keep = torch.tensor([block not in blocks for block in range(n_heads)])
+    kept = torch.arange(n_heads * head_size)[keep.repeat_interleave(head_size)]
+    return to_prune, kept
+
+
+def supply_helper(pytorch_utils: ModuleType) -> bool:
+    """Put :func:`find_pruneable_heads_and_indices` in ``pytorch_utils`` (transformers') where
+    it lacks one; True when it then has one (its own or ours)."""
+    if not hasattr(pytorch_utils, HELPER):
+        setattr(pytorch_utils, HELPER, find_pruneable_heads_and_indices)
+    return callable(getattr(pytorch_utils, HELPER))
+
+
+def mend_onedl_mmpretrain() -> bool:
+    """The known break's mend, run by ``import mmvit_ext`` only where the break is installed:
+    supply the helper to the installed transformers; False if it cannot be imported."""
+    try:
+        from transformers import pytorch_utils
+    except Exception:  # a transformers that does not import: the break stays named, as before
+        return False
+    return supply_helper(pytorch_utils)
+
+
+__all__ = ['HELPER', 'find_pruneable_heads_and_indices', 'mend_onedl_mmpretrain', 'supply_helper']
