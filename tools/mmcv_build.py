@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
@@ -32,6 +34,11 @@ INFO = ('import json, sys, torch; c = torch.cuda.is_available(); print(json.dump
         'python="%d.%d" % sys.version_info[:2], torch=torch.__version__.split("+")[0], '
         'cuda=torch.version.cuda, device="cuda" if c else "cpu", '
         'capability="%d.%d" % torch.cuda.get_device_capability() if c else None)))')
+# torch's headers from 2.14 on refuse a C++17 compile; mmcv's setup.py names -std=c++17 for every
+# torch >= 1.13 (after torch's own flags, so it wins), which such a build must raise to C++20
+CXX20_HEADER = ('import os, torch; print(os.path.join(os.path.dirname(torch.__file__), '
+                '"include", "ATen", "ATen.h"))')
+CXX20_MARK = 'C++20 or later compatible compiler is required'
 Log = Callable[[str], None]
 
 
@@ -127,6 +134,38 @@ def build_env(jobs: Optional[int] = None, cuda_root: Optional[str] = None,
     return env
 
 
+def torch_needs_cxx20(python: str) -> bool:
+    """Whether ``python``'s torch headers refuse anything older than C++20."""
+    out = subprocess.run([python, '-c', CXX20_HEADER], check=True, capture_output=True, text=True)
+    header = Path(out.stdout.strip().splitlines()[-1])
+    return header.is_file() and CXX20_MARK in header.read_text(errors='replace')
+
+
+def raise_cxx_standard(setup_py: Path) -> int:
+    """``setup_py``'s ``-std=c++17`` (and MSVC's ``/std:c++17``) made C++20; how many it had."""
+    text = setup_py.read_text()
+    count = text.count("'-std=c++17'") + text.count("'/std:c++17'")
+    setup_py.write_text(text.replace("'-std=c++17'", "'-std=c++20'")
+                        .replace("'/std:c++17'", "'/std:c++20'"))
+    return count
+
+
+def cxx20_source(python: str, pin: MmcvPin, work: Path, env: Mapping[str, str]) -> Path:
+    """``pin``'s source release unpacked in ``work``, its setup.py asking for C++20."""
+    subprocess.run([python, '-m', 'pip', 'download', '-q', '--disable-pip-version-check',
+                    '--no-build-isolation', '--no-deps', '--no-binary', ':all:', pin.spec,
+                    '-d', str(work)], check=True, env=env)
+    (archive,) = glob.glob(str(work / '*.tar.gz'))
+    with tarfile.open(archive) as sdist:
+        sdist.extractall(work / 'src', **({'filter': 'data'} if hasattr(tarfile, 'data_filter')
+                                          else {}))
+    (source,) = (work / 'src').iterdir()
+    if not raise_cxx_standard(source / 'setup.py'):
+        raise RuntimeError(f'{pin.spec}: torch needs C++20 and its setup.py names no -std=c++17 '
+                           'to raise')
+    return source
+
+
 def build_wheel(python: str, pin: MmcvPin, out_dir: Path, env: Mapping[str, str],
                 log: Log = print) -> Path:
     """Compile ``pin`` against ``python``'s torch (no build isolation) into ``out_dir``; the
@@ -136,9 +175,14 @@ def build_wheel(python: str, pin: MmcvPin, out_dir: Path, env: Mapping[str, str]
     shutil.rmtree(tmp, ignore_errors=True)
     log(f'building {pin.spec} with {"CUDA" if env.get("FORCE_CUDA") else "CPU"} ops '
         f'({env["MAX_JOBS"]} jobs; about 12 min on 2 cores for CPU ops) into {out_dir}')
-    subprocess.run([python, '-m', 'pip', 'wheel', '-q', '--disable-pip-version-check',
-                    '--no-build-isolation', '--no-cache-dir', '--no-deps', pin.spec, '-w', str(tmp)],
-                   check=True, env=env)
+    with tempfile.TemporaryDirectory(prefix='mmcv_src.') as work:
+        source = pin.spec
+        if torch_needs_cxx20(python):
+            source = str(cxx20_source(python, pin, Path(work), env))
+            log(f'{pin.spec}: compiled as C++20 (this torch\'s headers need it)')
+        subprocess.run([python, '-m', 'pip', 'wheel', '-q', '--disable-pip-version-check',
+                        '--no-build-isolation', '--no-cache-dir', '--no-deps', source,
+                        '-w', str(tmp)], check=True, env=env)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return find_wheel(out_dir, pin)
