@@ -1,5 +1,8 @@
 """The benchmark's comparison mode really runs mmdet's and timm's code with our weights."""
+import copy
 import re
+from typing import Dict, Tuple
+from unittest import mock
 
 import pytest
 import torch
@@ -39,15 +42,15 @@ def test_peers_hold_our_weights_and_match_our_outputs(ours, size):
     assert set(report) == set(peers) and all(diff <= 1e-4 for _, diff in report.values())
 
 
-def test_converters_are_pure_and_the_benchmark_builds_the_peers():
-    """Converter modules import no model library and build nothing; peers are the benchmark's,
-    one builder per family, and the families list follows."""
+def test_converters_are_pure_and_each_family_builds_its_peers():
+    """Converter modules import no model library and build nothing; each family with peers
+    defines them, and the families list follows the registry."""
     import ast
     from pathlib import Path
 
     import mmvit_ext.converters as converters
-    from mmvit_ext.benchmark import peer_families
-    from mmvit_ext.benchmark.peers import PEER_BUILDERS
+    from mmvit_ext.backbones import CaiT, family_class
+    from mmvit_ext.benchmark import has_peers, peer_families
     for path in sorted(Path(converters.__file__).parent.glob('*.py')):
         imported = {alias.name.split('.')[0] for node in ast.walk(ast.parse(path.read_text()))
                     if isinstance(node, ast.Import) for alias in node.names}
@@ -56,13 +59,69 @@ def test_converters_are_pure_and_the_benchmark_builds_the_peers():
                      if isinstance(node, ast.ImportFrom) and not node.level}
         assert not imported & {'mmdet', 'mmseg', 'mmpretrain', 'timm', 'transformers'}, path
     assert not any(name.endswith('benchmark_peers') for name in dir(converters))
-    assert set(PEER_BUILDERS) == {'swin', 'pvtv2', 'vit'}
-    assert {'swin', 'pvtv2', 'vit'} <= set(peer_families())
+    assert peer_families() == ['pvtv2', 'swin', 'vit']
+    # ViT-Adapter subclasses the ViT class: the ViT's peers are not the adapter's
+    assert not has_peers(family_class('vit_adapter'))
     with pytest.raises(ValueError, match='peers are built for the ViTDet ViT-B'):
         build_peers(VisionTransformer('b', drop_path_rate=0.0), (64, 64))  # final norm, no rel pos
     with pytest.raises(ValueError, match='no peer implementations for CaiT'):
-        from mmvit_ext.backbones import CaiT
         build_peers(CaiT('xxs24', out_indices=(-1,)), (64, 64))
+
+
+def test_shared_benchmark_code_names_no_family_and_families_own_their_peers():
+    """mmvit_ext/benchmark/ names no family (nor a family's class); every family with peers
+    defines them in its own file: the class's module or ``<that module>_peers``."""
+    from pathlib import Path
+
+    import mmvit_ext.benchmark as benchmark
+    from mmvit_ext.backbones import family_classes
+    from mmvit_ext.benchmark.peers import has_peers, peers_owner
+    classes = family_classes()
+    names = sorted({*classes, *(cls.__name__ for cls in classes.values())}, key=len,
+                   reverse=True)  # longest first: vit_adapter before vit
+    words = '|'.join(map(re.escape, names))
+    pattern = re.compile(rf'(?<![A-Za-z0-9])({words})(?![A-Za-z0-9])', re.IGNORECASE)
+    paths = sorted(Path(benchmark.__file__).parent.glob('*.py'))
+    assert len(paths) >= 5
+    for path in paths:
+        assert not pattern.findall(path.read_text()), path
+    with_peers = {family: cls for family, cls in classes.items() if has_peers(cls)}
+    assert sorted(with_peers) == ['pvtv2', 'swin', 'vit']
+    for family, cls in with_peers.items():
+        owner = peers_owner(cls)
+        builder = vars(owner)['benchmark_peers']
+        assert owner.family == family and owner.__module__ == cls.__module__, family
+        assert builder.__module__ == f'{cls.__module__}_peers', (family, builder.__module__)
+
+
+def _copy_peers(ours: torch.nn.Module, img_size: Tuple[int, int]) -> Dict[str, torch.nn.Module]:
+    return {'copy': copy.deepcopy(ours)}
+
+
+class PeeredPVT(PyramidVisionTransformerV2):
+    """A family whose peers are defined here, in its own file."""
+    family = 'peeredpvt'
+    benchmark_peers = _copy_peers
+
+
+class BorrowingPVT(PyramidVisionTransformerV2):
+    """A family subclassing another's class, with no peers of its own."""
+    family = 'borrowingpvt'
+
+
+def test_a_family_defined_elsewhere_gets_the_benchmark_from_the_registry():
+    from mmvit_ext.benchmark import peer_families
+    from mmvit_ext.registry import MODELS
+    added = {'PeeredPVT': PeeredPVT, 'BorrowingPVT': BorrowingPVT}
+    with mock.patch.dict(MODELS.module_dict, added):
+        assert peer_families() == ['peeredpvt', 'pvtv2', 'swin', 'vit']
+        ours = PeeredPVT('b0', drop_path_rate=0.0)
+        peers = build_peers(ours, (64, 64))
+        assert list(peers) == ['copy'] and peers['copy'] is not ours
+        assert check_peers(ours, peers, (64, 64)) == {'copy': ((64, 64), 0.0)}
+        with pytest.raises(ValueError, match='no peer implementations for BorrowingPVT'):
+            build_peers(BorrowingPVT('b0'), (64, 64))
+    assert 'peeredpvt' not in peer_families()
 
 
 def test_agreement_sizes_follow_each_peers_semantics():

@@ -146,13 +146,13 @@ def test_vitdet_vit_b_equals_the_peers_on_small_and_padded_grids(size):
     """ViTDet's ViT-B (random relative-position tables) equals timm's SAM ViT and mmpretrain's
     ``ViTSAM`` trunks holding its weights: on a 10 x 11 grid, smaller than the 14-token window
     (padded to one window, as detectron2 does), and on a 16 x 19 grid padded to whole windows."""
-    from mmvit_ext.benchmark.peers import vit_peers
+    from mmvit_ext.backbones.vit_peers import vitdet_peers
     ours = VisionTransformer('b', use_rel_pos=True, final_norm=False, drop_path_rate=0.0).eval()
     with torch.no_grad():
         for name, param in ours.named_parameters():
             if 'rel_pos' in name:
                 param.normal_(0, 0.5)
-    peers = vit_peers(ours, size)
+    peers = vitdet_peers(ours, size)
     assert set(peers) == {'timm', 'mmpretrain'}
     x = torch.randn(1, 3, *size)
     with torch.no_grad():

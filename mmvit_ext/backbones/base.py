@@ -47,6 +47,17 @@ class ExportLimits:
     fixed_window_size: int = 0
 
 
+def load_peer(peer: nn.Module, state: StateDict, name: str) -> nn.Module:
+    """Load ``state`` into a peer implementation (``benchmark_peers``); anything missing (but
+    saved buffers) or left over raises, naming the peer as ``name``."""
+    result = peer.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith('relative_position_index')]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f'{name} did not take our weights: missing {missing}, '
+                           f'unexpected {result.unexpected_keys}')
+    return peer
+
+
 class AttentionBlock(NamedTuple):
     """A trunk block for attention analysis: the block (its output: the tokens, or
     ``(tokens, ...)``), its attention module (maps at ``attention.attn_map``) and the token stride
@@ -130,7 +141,8 @@ class BaseBackbone(BaseModule):
 
     def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
         """Peer implementations (mmdet, timm ...) of this model holding exactly our weights,
-        returning our outputs, for ``benchmark --compare``; none by default."""
+        returning our outputs, for ``benchmark --compare``; none by default. A family with peers
+        defines them in its own ``<family file>_peers.py`` (:func:`load_peer` loads them)."""
         raise ValueError(f'no peer implementations for {type(self).__name__} (families with '
                          f'peers define benchmark_peers())')
 

@@ -10,6 +10,7 @@ from ..layers import (ConvMlp, DropPath, PatchEmbed, Size2, SpatialReductionAtte
                       init_linear_and_norm, linear_drop_path_rates, tokens_to_map)
 from ..registry import MODELS
 from .base import AttentionBlock, BaseBackbone
+from .pvt_v2_peers import pvtv2_peers
 from .vocabulary import (GELU, LN_EPS, Vocabulary, cfg_check, equals, is_bool, pair_check,
                          seq_equals, translate)
 
@@ -122,6 +123,7 @@ class PyramidVisionTransformerV2(BaseBackbone):
     paper_figures = {'b0': (3.7, 0.6), 'b1': (14.0, 2.1), 'b2': (25.4, 4.0),
                      'b2_li': (22.6, 3.9), 'b3': (45.2, 6.9), 'b4': (62.6, 10.1),
                      'b5': (82.0, 11.8)}
+    benchmark_peers = pvtv2_peers  # mmdet's and timm's PVTv2 holding our weights
 
     def __init__(self, arch: Union[str, dict, None] = None, in_channels: int = 3,
                  qkv_bias: bool = True, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,

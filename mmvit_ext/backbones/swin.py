@@ -14,6 +14,7 @@ from ..layers import (DropPath, Mlp, PatchEmbed, Size2, WindowAttention, init_li
                       tokens_to_map)
 from ..registry import MODELS
 from .base import AttentionBlock, BaseBackbone, ExportLimits
+from .swin_peers import swin_peers
 from .vocabulary import (GELU, LN_EPS, ConfigError, Vocabulary, cfg_check, equals, is_bool,
                          seq_equals, to_pair, translate)
 
@@ -165,6 +166,7 @@ class SwinTransformer(BaseBackbone):
     vocabulary = SWIN_VOCABULARY
     # Liu et al. 2021, Tab. 1
     paper_figures = {'tiny': (28, 4.5), 'small': (50, 8.7), 'base': (88, 15.4)}
+    benchmark_peers = swin_peers  # mmdet's and timm's Swin holding our weights
 
     def __init__(self, arch: Union[str, dict, None] = None,
                  pretrain_img_size: Union[int, Sequence[int]] = 224, in_channels: int = 3,

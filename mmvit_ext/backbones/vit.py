@@ -22,7 +22,7 @@ from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, Window
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
-                        resolve_layout)
+                        resolve_layout, vitdet_peers)
 from .vocabulary import ConfigError, resolve_peer, translate
 
 VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap', 'raw')
@@ -235,6 +235,8 @@ class VisionTransformer(PlainViTBase):
     default_arch = 'b'
     # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
     paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
+    # timm's and mmpretrain's SAM ViT trunks holding the weights of our ViTDet ViT-B
+    benchmark_peers = vitdet_peers
 
     def __init__(self, arch: Union[str, dict, None] = None, patch_size: Optional[int] = None,
                  out_type: Optional[str] = None, with_cls_token: Optional[bool] = None,

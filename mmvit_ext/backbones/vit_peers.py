@@ -1,14 +1,21 @@
 """The peers' plain ViT, as facts of our ``VisionTransformer`` family: mmseg's and mmpretrain's
-``VisionTransformer`` argument names, mmpretrain's arch table, and each peer's defaults.
+``VisionTransformer`` argument names, mmpretrain's arch table, each peer's defaults, and the
+peers' ViTDet trunks holding our weights for ``benchmark --compare`` (:func:`vitdet_peers`).
 
 A config of either peer builds ours after changing only ``type``. Where the peers give a name or
 a default different meanings (mmpretrain's ``arch='s'`` is 768-dim with 8 blocks, ours 384-dim;
 its ``frozen_stages=0`` freezes nothing; mmseg has no final norm, no patch bias and LayerNorm
 eps 1e-5 by default), the meaning follows the peer rule (docs/peer_semantics.md).
 """
+import copy
 from numbers import Number
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
+import torch
+from torch import nn
+
+from ..layers.pyramid import level_sizes
+from .base import load_peer
 from .plain_vit import MMSEG_VIT_VOCABULARY
 from .vocabulary import GELU, OURS, Vocabulary, equals
 
@@ -162,5 +169,90 @@ def read_peer_args(peer: str, peer_args: Dict[str, Any]) -> Dict[str, Any]:
     return settings
 
 
-__all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'peer_arch', 'read_peer_args',
-           'resolve_layout']
+# ---- benchmark peers: timm's and mmpretrain's SAM-style ViT-B with ViTDet windows ----------
+class PyramidFeatures(nn.Module):
+    """A peer's stride-16 trunk (image -> (B, C, h, w)) + a copy of our simple pyramid, so that
+    both sides return the same four maps; the pyramid's cost is ours on both sides."""
+
+    def __init__(self, trunk: nn.Module, forward_trunk: Callable, pyramid: nn.Module,
+                 strides: Tuple[int, ...]) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.forward_trunk = forward_trunk
+        self.pyramid = copy.deepcopy(pyramid)
+        self.strides = strides
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        grid = self.forward_trunk(self.trunk, x)
+        sizes = level_sizes(x.shape[2:], self.strides)
+        return tuple(self.pyramid([grid] * len(self.strides), sizes))
+
+
+def _timm_sam_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    from timm.layers import resample_abs_pos_embed_nhwc
+    x = trunk.patch_embed(x)
+    x = trunk.blocks(x + resample_abs_pos_embed_nhwc(trunk.pos_embed, x.shape[1:3]))
+    return x.permute(0, 3, 1, 2)
+
+
+def _mmpretrain_sam_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return trunk(x)[-1]
+
+
+def _sam_layout(ours: nn.Module, grid: Tuple[int, int]) -> Dict[str, torch.Tensor]:
+    """Our ViTDet weights in timm's SAM-ViT keys, the position embedding at ``grid`` (NHWC) and
+    each global block's relative positions resized to that grid, as ours resizes them."""
+    from .vit import resize_rel_pos  # vit imports this module
+    state = {k: v for k, v in ours.state_dict().items()
+             if k.startswith(('patch_embed.', 'blocks.'))}
+    pos = ours.position_embedding(grid)[:, -grid[0] * grid[1]:]
+    state['pos_embed'] = pos.reshape(1, *grid, -1)
+    for i in ours.global_blocks:
+        for axis, side in (('h', grid[0]), ('w', grid[1])):
+            key = f'blocks.{i}.attn.rel_pos_{axis}'
+            state[key] = resize_rel_pos(state[key], side)
+    return state
+
+
+def _mmpretrain_sam_keys(key: str) -> str:
+    for ours, theirs in (('patch_embed.proj.', 'patch_embed.projection.'), ('blocks.', 'layers.'),
+                         ('.norm1.', '.ln1.'), ('.norm2.', '.ln2.'),
+                         ('.mlp.fc1.', '.ffn.layers.0.0.'), ('.mlp.fc2.', '.ffn.layers.1.')):
+        key = key.replace(ours, theirs)
+    return key
+
+
+def vitdet_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+    """timm's ``samvit_base_patch16`` and mmpretrain's ``ViTSAM`` trunks (ViTDet's windowed ViT-B
+    without the SAM neck) with the weights of ``ours``, each ahead of a copy of our pyramid."""
+    import timm
+    vitdet = (ours.embed_dims == 768 and ours.depth == 12 and ours.window_size == 14
+              and ours.global_blocks == (2, 5, 8, 11) and getattr(ours, 'use_rel_pos', False)
+              and ours.cls_token is None and ours.pyramid is not None
+              and ours.out_indices == (11,) and ours.norm is None)
+    if not vitdet:
+        raise ValueError('peers are built for the ViTDet ViT-B: window_size=14, global_blocks='
+                         '(2, 5, 8, 11), use_rel_pos=True, with_cls_token=False, '
+                         'final_norm=False, the simple pyramid from the last block')
+    grid = (img_size[0] // ours.patch_size, img_size[1] // ours.patch_size)
+    state = _sam_layout(ours, grid)
+    trunk = timm.create_model('samvit_base_patch16', pretrained=False, img_size=img_size,
+                              num_classes=0, drop_path_rate=0.0)
+    trunk.neck = nn.Identity()
+    load_peer(trunk, state, 'timm SAM ViT')
+    peers = {'timm': PyramidFeatures(trunk, _timm_sam_trunk, ours.pyramid, ours.strides)}
+    try:  # mmpretrain 1.2 / onedl-mmpretrain 1.3.6 do not import beside transformers 5
+        from mmpretrain.models.backbones import ViTSAM
+    except (ImportError, TypeError) as err:
+        print(f'[peers] mmpretrain ViTSAM left out: mmpretrain does not import here '
+              f'({type(err).__name__}: {err})')
+        return peers
+    sam = ViTSAM(arch='base', img_size=img_size, out_channels=0, out_type='featmap',
+                 window_size=14, use_rel_pos=True)
+    load_peer(sam, {_mmpretrain_sam_keys(k): v for k, v in state.items()}, 'mmpretrain ViTSAM')
+    peers['mmpretrain'] = PyramidFeatures(sam, _mmpretrain_sam_trunk, ours.pyramid, ours.strides)
+    return peers
+
+
+__all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'PyramidFeatures', 'peer_arch',
+           'read_peer_args', 'resolve_layout', 'vitdet_peers']
