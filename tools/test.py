@@ -16,6 +16,7 @@ import mmvit_ext  # noqa: F401  (registers backbones)
 from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.io import is_url, resolve_checkpoint
 from mmvit_ext.engine import add_run_hooks, init_cpu_distributed, prepare_cuda_determinism
+from mmvit_ext.errors import ConfigError
 from mmvit_ext.utils.config_checks import load_run_config, missing_data
 from mmvit_ext.utils.env_check import require_working_environment
 from mmvit_ext.utils.safe_checkpoint import trusted_training_state
@@ -49,6 +50,10 @@ def main() -> None:
         if not osp.isfile(path):
             sys.exit(f'error: file not found: {path}')
     cfg = load_run_config(args.config, args.cfg_options, args.launcher, args.work_dir)
+    try:
+        prepare_cuda_determinism(cfg)  # before any CUDA work: cuBLAS reads it once
+    except ConfigError as err:  # randomness.deterministic not a bool
+        sys.exit(f'error: {args.config}: {err}')
     require_working_environment(cfg)  # installed packages that break what this config imports
     problems = missing_data(cfg, ('test',))
     if problems:
@@ -64,7 +69,6 @@ def main() -> None:
         if 'visualization' not in hooks:
             sys.exit('error: --show-dir needs default_hooks.visualization in the config')
         hooks.visualization.update(draw=True, test_out_dir=args.show_dir)
-    prepare_cuda_determinism(cfg)  # randomness.deterministic='cpu' resolved for this device
     add_run_hooks(cfg, training=False)  # float32 around mmcv ops under test_cfg fp16
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     runner = Runner.from_cfg(cfg)

@@ -19,6 +19,7 @@ import mmvit_ext  # noqa: F401  (registers backbones)
 from mmvit_ext.engine import (COMPILE_TARGETS, AtomicSaveRunner, add_run_hooks, amp_on_cpu,
                               apply_compile_choice, compile_backbone, init_cpu_distributed,
                               prepare_cuda_determinism, prepare_strategy)
+from mmvit_ext.errors import ConfigError
 from mmvit_ext.utils import retain_freed_memory
 from mmvit_ext.utils.env_check import require_working_environment
 from mmvit_ext.utils.safe_checkpoint import trusted_training_state
@@ -81,6 +82,10 @@ def main() -> None:
         print(f'[heap] --retain-heap {"took effect" if setting else "had no effect"}: '
               f'{setting.reason}', file=sys.stderr if not setting else sys.stdout)
     cfg = build_config(args)
+    try:
+        prepare_cuda_determinism(cfg)  # before any CUDA work: cuBLAS reads it once
+    except ConfigError as err:  # randomness.deterministic not a bool
+        sys.exit(f'error: {args.config}: {err}')
     require_working_environment(cfg)  # installed packages that break what this config imports
     problems = neck_channel_mismatch(cfg) + missing_data(cfg, ('train', 'val'))
     if not cfg.get('resume'):
@@ -89,7 +94,6 @@ def main() -> None:
         sys.exit(f'error: {args.config}: ' + ' | '.join(problems))
     # float32 around mmcv ops (whole-model bf16), determinism checked, exact resume
     add_run_hooks(cfg, training=True)
-    prepare_cuda_determinism(cfg)  # before any CUDA work: cuBLAS reads it once
     init_cpu_distributed(args.launcher)  # gloo when there is no GPU
     compile_options = apply_compile_choice(cfg, args.compile)
     if prepare_strategy(cfg):  # FSDP / DeepSpeed: mmengine's FlexibleRunner
