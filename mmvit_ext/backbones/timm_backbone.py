@@ -252,6 +252,15 @@ class TimmBackbone(BaseBackbone):
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
 
+    @property
+    def nondeterministic_cuda_backward(self) -> Optional[str]:
+        """Read by :mod:`mmvit_ext.engine.determinism`: timm's ``dynamic_img_size`` resizes the
+        position embedding to the input's grid, bicubically, inside the model's forward."""
+        if getattr(self.timm_model, 'dynamic_img_size', False):
+            return ("timm's dynamic_img_size: bicubic position-embedding resize, whose CUDA "
+                    'backward torch refuses under use_deterministic_algorithms')
+        return None
+
     # ---- forward ---------------------------------------------------------------------------
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         if self.intermediates:

@@ -322,6 +322,15 @@ class ViTAdapter(VisionTransformer):
     def output_spec(self) -> List[Tuple[int, int]]:
         return [(self.level_channels[i], self.level_strides[i]) for i in self.out_indices]
 
+    @property
+    def nondeterministic_cuda_backward(self) -> Optional[str]:
+        """Read by :mod:`mmvit_ext.engine.determinism` (the deformable attentions say so
+        themselves): ``add_vit_feature`` resizes the ViT maps to every level but the third."""
+        if self.add_vit_feature and any(level != 2 for level in self.out_indices):
+            return ('add_vit_feature: bilinear resize of the ViT maps, whose CUDA backward torch '
+                    'refuses under use_deterministic_algorithms')
+        return None
+
     def unbuilt_prefixes(self) -> Tuple[str, ...]:
         prefixes = super().unbuilt_prefixes()
         prefixes += tuple(f'norm{i + 1}.' for i in range(4) if i not in self.out_indices)
