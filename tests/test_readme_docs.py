@@ -102,6 +102,10 @@ def test_pages_state_no_work_in_progress():
 @pytest.mark.parametrize('page,command', sorted(set(_commands())))
 def test_every_command_names_what_exists_and_parses(page, command):
     words = shlex.split(command)
+    while words and re.fullmatch(r'[A-Z_]+=\S*', words[0]):  # VAR=value before the command
+        words = words[1:]
+    if words[:3] == ['python3', '-m', 'venv']:
+        return
     if words[:1] == ['bash']:
         assert (ROOT / words[1]).is_file(), f'{page}: {command}: no {words[1]}'
         words = words[2:]
