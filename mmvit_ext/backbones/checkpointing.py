@@ -39,11 +39,10 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.utils.checkpoint as cp
 from torch import nn
 
 from ..errors import ConfigError
-from ..layers.checkpoint import CheckpointedCall
+from ..layers.checkpoint import CheckpointedCall, checkpoint
 
 PARTS = ('block', 'attn', 'mlp')
 BlockSelection = Union[bool, int, Tuple[Union[bool, int], ...]]
@@ -125,8 +124,9 @@ def parse_with_cp(value: Any, owner: str) -> CheckpointPlan:
 
 
 def checkpoint_block(block: nn.Module, *args: Any) -> Any:
-    """``block(*args)``, recomputed in backward (non-reentrant)."""
-    return cp.checkpoint(block, *args, use_reentrant=False)
+    """``block(*args)``, recomputed in backward (non-reentrant; the recomputation counts no
+    batch in running statistics again, :func:`~mmvit_ext.layers.checkpoint.recomputing`)."""
+    return checkpoint(block, *args)
 
 
 def part_module(block: nn.Module, part: str, owner: str) -> CheckpointedCall:

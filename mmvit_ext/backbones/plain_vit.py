@@ -18,7 +18,6 @@ from ..converters.layouts import StateDict
 from ..layers import (DropPath, LayerScale, MapTransform, Mlp, Size2, WindowAttention,
                       init_linear_and_norm, linear_drop_path_rates, resize_pos_embed,
                       tokens_to_map)
-from ..layers.map_transforms import count_in_marked_forward, marked_forward
 from ..layers.pyramid import PYRAMID_SCALES, SimplePyramid, level_sizes, pyramid_channels
 from ..layers.window import WINDOW_PADDINGS
 from .base import AttentionBlock, BaseBackbone
@@ -227,9 +226,6 @@ class PlainViTBase(BaseBackbone):
         self.norm = nn.LayerNorm(dim, eps=1e-6) \
             if classify or (built == depth and final_norm) else None
         self.pyramid = SimplePyramid(dim) if simple_pyramid else None
-        # map-transform norms count in forward_features only (the others need no mark, which
-        # dynamo before torch 2.2 cannot trace)
-        self.marks_forward = count_in_marked_forward(self)
         self.init_parameters()
         self._freeze_stages()
 
@@ -454,11 +450,7 @@ class PlainViTBase(BaseBackbone):
     def forward_features(self, x: torch.Tensor) -> Tuple[Any, ...]:
         tokens, hw = self.embed_tokens(x)
         num_patches = hw[0] * hw[1]  # prefix tokens are no map pixels
-        if self.marks_forward:  # with_cp's recompute in backward is outside: counts no batch
-            with marked_forward():
-                feats, tokens = self.forward_blocks(tokens, hw)
-        else:
-            feats, tokens = self.forward_blocks(tokens, hw)
+        feats, tokens = self.forward_blocks(tokens, hw)
         if self.out_type != 'featmap':
             return self.token_outputs(feats, tokens, num_patches)
         maps = [tokens_to_map(f[:, f.shape[1] - num_patches:], hw) for f in feats]

@@ -63,10 +63,6 @@ class MapTransform(nn.Module):
     (``stage = 'pre_softmax'``) or on the probabilities (``'post_softmax'``)."""
 
     stage: str = POST_SOFTMAX
-    # set by an owner that runs its forward inside map_transforms.marked_forward(): the norms
-    # of a transform count a batch in their running statistics there only, not when an
-    # activation checkpoint recomputes the transform in backward
-    counts_in_marked_forward: bool = False
 
 
 def fold_leading(t: torch.Tensor) -> torch.Tensor:

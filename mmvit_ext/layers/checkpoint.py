@@ -1,17 +1,57 @@
-"""Activation checkpointing of a part of a block (its attention or its MLP), chosen from outside.
+"""Activation checkpointing, and whether a forward is a checkpoint's recomputation.
+
+:func:`checkpoint` is ``torch.utils.checkpoint`` (non-reentrant) whose recomputation in backward
+runs inside :func:`recomputing`: a module that updates state in its forward (a BatchNorm's
+running statistics) asks it, so that a recomputed forward does not count its batch twice.
+Under ``torch.compile`` the recomputation happens inside the compiled graph, which repeats no
+buffer update, so nothing needs to be asked there.
 
 ``with_cp`` (:mod:`mmvit_ext.backbones.checkpointing`) sets :attr:`CheckpointedCall.
 checkpoint_chunks` on the parts it selects; the part's own call then runs through
-``torch.utils.checkpoint`` (non-reentrant). The module's code, parameter names and state dict
-stay as they are.
+:func:`checkpoint`. The module's code, parameter names and state dict stay as they are.
 """
+import threading
 import warnings
-from typing import Any
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, ContextManager, Iterator, Tuple
 
 import torch
-from torch.utils.checkpoint import checkpoint
+import torch.utils.checkpoint as cp
 
 from .. import torch_compat
+
+_recomputation = threading.local()
+
+
+@contextmanager
+def _recomputing_context() -> Iterator[None]:
+    _recomputation.depth = getattr(_recomputation, 'depth', 0) + 1
+    try:
+        yield
+    finally:
+        _recomputation.depth -= 1
+
+
+def _contexts() -> Tuple[ContextManager, ContextManager]:
+    """``context_fn`` of :func:`checkpoint`: nothing around the forward, the flag around the
+    recomputation (entered on the thread that runs it, per recomputation)."""
+    return nullcontext(), _recomputing_context()
+
+
+def recomputing() -> bool:
+    """Whether this forward is the backward recomputation of a :func:`checkpoint` (this thread).
+    Always ``False`` while ``torch.compile`` traces: the compiled graph recomputes by itself."""
+    if torch_compat.is_compiling():
+        return False
+    return getattr(_recomputation, 'depth', 0) > 0
+
+
+def checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``, its activations recomputed in backward (non-reentrant
+    ``torch.utils.checkpoint``), the recomputation inside :func:`recomputing`."""
+    if torch_compat.is_compiling():  # traced as one region that the graph recomputes
+        return cp.checkpoint(function, *args, use_reentrant=False, **kwargs)
+    return cp.checkpoint(function, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
 class CheckpointedCall:
@@ -36,10 +76,10 @@ class CheckpointedCall:
                           f'are (with_cp=True, a number or one entry per stage)')
             return call(*args, **kwargs)
         if chunks == 1:
-            return checkpoint(call, *args, use_reentrant=False, **kwargs)
+            return checkpoint(call, *args, **kwargs)
         x, *rest = args
-        return torch.cat([checkpoint(call, part, *rest, use_reentrant=False, **kwargs)
+        return torch.cat([checkpoint(call, part, *rest, **kwargs)
                           for part in x.chunk(chunks, dim=-2)], dim=-2)
 
 
-__all__ = ['CheckpointedCall']
+__all__ = ['CheckpointedCall', 'checkpoint', 'recomputing']

@@ -9,9 +9,7 @@
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
-import threading
-from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from .. import torch_compat
 from ..errors import ConfigError
 from .attention import POST_SOFTMAX, PRE_SOFTMAX, MapTransform, fold_leading
+from .checkpoint import recomputing
 
 
 def _mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -65,7 +64,7 @@ class ReAttention(MapTransform):
         weight = self.mix.weight.view(heads, heads)  # the 1x1 conv as a batched matmul
         if self.norm.training or self.norm.running_mean is None:
             out = _mix_heads(maps, weight, self.mix.bias)
-            out = self.norm(out) if counts_batch(self) else _uncounted(self.norm, out)
+            out = _uncounted(self.norm, out) if recomputing() else self.norm(out)
             return (out * self.scale).reshape(attn.shape)
         # inference: BatchNorm and the output scale folded into the mixing weights and bias
         gain, shift = _bn_affine(self.norm)
@@ -100,11 +99,12 @@ class RefinerMap(MapTransform):
         scale: output gain (the official shared-map blocks use head_dim ** -0.5).
         recompute: in training with gradients, keep only the H input maps for backward and
             recompute the r*H expanded ones there, H at a time (``torch.utils.checkpoint``,
-            non-reentrant, one group of expanded channels per checkpoint): the expanded maps
-            are what made Refined-ViT's training memory several times DeepViT's. Every
-            expanded channel has its own BatchNorm statistics, so the groups are exact; a
-            recomputation normalises with the batch statistics, as the forward did, without
-            counting the batch in the running statistics again. This path calls the inner
+            non-reentrant, one group of expanded channels per checkpoint; also inside a
+            ``torch.compile`` graph): the expanded maps are what made Refined-ViT's training
+            memory several times DeepViT's. Every expanded channel has its own BatchNorm
+            statistics, so the groups are exact. The checkpointed groups are pure functions
+            that also return their batch statistics; the running statistics are updated from
+            those once per forward, outside the recomputed region. This path calls the inner
             layers' weights functionally: hooks on them fire only with ``recompute=False``
             and training norms. Its statistics are this process's batch only, so a Refiner
             whose norms were made SyncBatchNorm (mmengine's ``sync_bn``,
@@ -144,15 +144,13 @@ class RefinerMap(MapTransform):
 
     def forward(self, attn: torch.Tensor) -> torch.Tensor:
         maps = fold_leading(attn)  # (prod(...), H, N, M) for 2-D conv / BN
-        count = counts_batch(self)
-        if (self.recompute and self.training and torch.is_grad_enabled()
-                and not torch_compat.is_compiling()):
+        if self.recompute and self.training and torch.is_grad_enabled():
             self._check_plain_norms()
-            out = self._refine_recomputed(maps, count)
+            out = self._refine_recomputed(maps)
         elif self._norms_frozen():
             out = self._refine_folded(maps)
         else:
-            out = self._refine(maps, count)
+            out = self._refine(maps, count=not recomputing())
         return out.reshape(attn.shape)
 
     def _norms_frozen(self) -> bool:
@@ -251,44 +249,51 @@ class RefinerMap(MapTransform):
         out = torch.baddbmm(reduce_bias, reduce.expand(batch, *reduce.shape), x.transpose(1, 2))
         return out.addcmul_(rows.flatten(2), residual).view(rows.shape)
 
-    def _refine_recomputed(self, maps: torch.Tensor, count: bool = True) -> torch.Tensor:
+    def _refine_recomputed(self, maps: torch.Tensor) -> torch.Tensor:
         """:meth:`_refine` with the expanded maps made H channels at a time, each group
-        checkpointed on its own, so backward holds one group's maps, not all r*H."""
-        for bn in ((self.bn1, self.bn2) if self.expand else (self.bn2,)) if count else ():
-            if bn.training and bn.track_running_stats:  # the batch counted once, not per group
-                bn.num_batches_tracked.add_(1)
-        fresh = [] if count else [None]  # not counting: every call is already a recomputation
+        checkpointed on its own, so backward holds one group's maps, not all r*H. The groups
+        and the tail return their batch statistics, counted here once (not when ``with_cp``
+        recomputes the whole block)."""
         hidden, step = self.depth_sep_conv.out_channels, self.conv_pro.out_channels
-        reduced = None
+        reduced, group_stats = None, []
         for start in range(0, hidden, step):
-            part = checkpoint(self._expanded_group, maps, start, min(start + step, hidden),
-                              list(fresh), use_reentrant=False)
+            part, *stats = checkpoint(self._expanded_group, maps, start,
+                                      min(start + step, hidden), use_reentrant=False)
             reduced = part if reduced is None else reduced + part
-        return checkpoint(self._residual_tail, maps, reduced, list(fresh), use_reentrant=False)
+            group_stats.append(stats)
+        out, *tail_stats = checkpoint(self._residual_tail, maps, reduced, use_reentrant=False)
+        if not recomputing():
+            mean1, var1, mean2, var2 = (torch.cat(s) for s in zip(*group_stats))
+            if self.expand:
+                _count_batch(self.bn1, mean1, var1)
+            _count_batch(self.bn2, mean2, var2)
+            _count_batch(self.bn3, *tail_stats[:2])
+            _count_batch(self.adapt_bn, *tail_stats[2:])
+        return out
 
-    def _expanded_group(self, maps: torch.Tensor, start: int, stop: int, calls: List[None]
-                        ) -> torch.Tensor:
+    def _expanded_group(self, maps: torch.Tensor, start: int, stop: int
+                        ) -> Tuple[torch.Tensor, ...]:
         """Expanded channels [start, stop): expansion, local conv, their share of the
-        reduction. ``calls`` counts the calls of one checkpoint (a second one recomputes)."""
-        again = _count_call(calls)
+        reduction; and the batch statistics (mean, var) of the group's bn1 and bn2 inputs."""
         group = slice(start, stop)
         if self.expand:
             x = F.conv2d(maps, self.conv_exp.weight[group])
-            x = F.relu6(_group_batch_norm(self.bn1, x, group, again), inplace=True)
+            x, mean1, var1 = _batch_norm(self.bn1, x, group)
+            x = F.relu6(x, inplace=True)
         else:
-            x = maps[:, group]
+            x, mean1, var1 = maps[:, group], maps.new_empty(0), maps.new_empty(0)
         x = F.conv2d(x, self.depth_sep_conv.weight[group], padding=self.depth_sep_conv.padding,
                      groups=stop - start)
-        x = F.relu6(_group_batch_norm(self.bn2, x, group, again), inplace=True)
-        return F.conv2d(x, self.conv_pro.weight[:, group])
+        x, mean2, var2 = _batch_norm(self.bn2, x, group)
+        x = F.relu6(x, inplace=True)
+        return F.conv2d(x, self.conv_pro.weight[:, group]), mean1, var1, mean2, var2
 
-    def _residual_tail(self, maps: torch.Tensor, reduced: torch.Tensor, calls: List[None]
-                       ) -> torch.Tensor:
-        def norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
-            return _group_batch_norm(bn, x, slice(None), again=True) if again else bn(x)
-
-        again = _count_call(calls)
-        return norm(self.adapt_bn, norm(self.bn3, reduced) + maps) * self.scale
+    def _residual_tail(self, maps: torch.Tensor, reduced: torch.Tensor
+                       ) -> Tuple[torch.Tensor, ...]:
+        """``adapt_bn(bn3(reduced) + maps) * scale``, and the batch statistics of both norms."""
+        x, mean3, var3 = _batch_norm(self.bn3, reduced)
+        out, mean4, var4 = _batch_norm(self.adapt_bn, x + maps)
+        return out * self.scale, mean3, var3, mean4, var4
 
 
 _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
@@ -299,40 +304,6 @@ _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces fun
 REFINER_BAND_BYTES = 8 * 2 ** 20
 
 
-_marked = threading.local()
-
-
-@contextmanager
-def marked_forward() -> Iterator[None]:
-    """The forward pass of a model whose map transforms have ``counts_in_marked_forward`` set:
-    they count the batch in their running statistics inside it, and not when an activation
-    checkpoint recomputes them in backward (outside it; per thread)."""
-    _marked.depth = getattr(_marked, 'depth', 0) + 1
-    try:
-        yield
-    finally:
-        _marked.depth -= 1
-
-
-def counts_batch(transform: MapTransform) -> bool:
-    """Whether ``transform``'s norms count this call's batch in their running statistics: always,
-    unless it has ``counts_in_marked_forward`` set; then inside :func:`marked_forward` only."""
-    return not transform.counts_in_marked_forward or getattr(_marked, 'depth', 0) > 0
-
-
-def count_in_marked_forward(model: nn.Module) -> bool:
-    """Set ``counts_in_marked_forward`` on every map transform of ``model`` with running
-    statistics, whose forward then runs inside :func:`marked_forward` (with_cp's recompute
-    counts no batch again); whether there was one (else the model needs no mark)."""
-    marked = False
-    for module in model.modules():
-        if isinstance(module, MapTransform) and any(
-                isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
-                for m in module.modules()):
-            module.counts_in_marked_forward = marked = True
-    return marked
-
-
 def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)`` with its running statistics left as they were (a recomputation: the module
     runs, synchronising if it does, and its buffers are restored)."""
@@ -341,33 +312,41 @@ def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not (norm.training and buffers):
         return norm(x)
     saved = [b.clone() for b in buffers]
-    out = norm(x)
-    with torch.no_grad():
-        for buffer, value in zip(buffers, saved):
-            buffer.copy_(value)
-    return out
+    try:
+        return norm(x)
+    finally:  # also when the recomputation stops early, raising inside ``norm``
+        with torch.no_grad():
+            for buffer, value in zip(buffers, saved):
+                buffer.copy_(value)
 
 
-def _count_call(calls: List[None]) -> bool:
-    """Record one call of a checkpointed function; True from its second call (the recompute)."""
-    calls.append(None)
-    return len(calls) > 1
-
-
-def _group_batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor, group: slice, again: bool
-                      ) -> torch.Tensor:
-    """``bn`` on channels ``group`` of its features, ``x`` holding just those. A recomputation
-    (``again``) updates copies of the running statistics: the same batch statistics and saved
-    tensors, the module's left as they are. A batch is counted in ``num_batches_tracked`` by the
-    caller, once."""
+def _batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor, group: slice = slice(None)
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``bn`` on channels ``group`` of its features (``x`` holds just those), as a pure
+    function: the output, and the batch mean and unbiased variance that the module would count
+    in its running statistics (empty when it counts none; :func:`_count_batch` counts them)."""
     weight = bn.weight[group] if bn.weight is not None else None
     bias = bn.bias[group] if bn.bias is not None else None
+    none = x.new_empty(0)
     if bn.running_mean is None:  # track_running_stats=False: batch statistics always
-        return F.batch_norm(x, None, None, weight, bias, True, 0.0, bn.eps)
-    mean, var = bn.running_mean[group], bn.running_var[group]
+        return F.batch_norm(x, None, None, weight, bias, True, 0.0, bn.eps), none, none
     if not bn.training:
-        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, bn.eps)
-    if again:
-        mean, var = mean.clone(), var.clone()
-    momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
-    return F.batch_norm(x, mean, var, weight, bias, True, momentum, bn.eps)
+        return F.batch_norm(x, bn.running_mean[group], bn.running_var[group], weight, bias,
+                            False, 0.0, bn.eps), none, none
+    # momentum 1: the "running" statistics become exactly this batch's
+    mean = torch.zeros_like(bn.running_mean[group])
+    var = torch.ones_like(bn.running_var[group])
+    return F.batch_norm(x, mean, var, weight, bias, True, 1.0, bn.eps), mean, var
+
+
+def _count_batch(bn: nn.BatchNorm2d, mean: torch.Tensor, var: torch.Tensor) -> None:
+    """Count a batch of statistics ``mean``, ``var`` (from :func:`_batch_norm`) in ``bn``'s
+    running statistics, as its forward in training does (``momentum=None``: cumulative)."""
+    if not (bn.training and bn.track_running_stats and bn.running_mean is not None):
+        return
+    with torch.no_grad():
+        bn.num_batches_tracked.add_(1)
+        momentum = bn.momentum if bn.momentum is not None else \
+            bn.num_batches_tracked.double().reciprocal()  # a tensor: no sync, no graph break
+        bn.running_mean.mul_(1 - momentum).add_(mean * momentum)
+        bn.running_var.mul_(1 - momentum).add_(var * momentum)
