@@ -19,9 +19,14 @@ Like ``torch.backends.cudnn.flags``, a switch holds for the whole process while 
 and is restored on exit; ``flags.fused_attention.get()`` (etc.) reads the current value. Model code reads
 the switches at run time, so they apply to models built before the block as well.
 
-Removed: ``flags.kernels`` and the CPU kernels it chose (:data:`KERNELS_REMOVED`); reading it
-raises ``AttributeError`` with that line, and ``MMVIT_EXT_KERNELS`` set to anything the code no
-longer reads is a warning when mmvit_ext is imported.
+One more switch is an environment variable, read when a layer is built (not by a block):
+``MMVIT_EXT_KERNELS=portable`` (:data:`KERNELS_ENV`) builds every layer without its device
+kernel of :mod:`mmvit_ext.ops` (the explicit attention product on CPU, mmcv's deformable
+attention on CUDA), so that it runs its portable PyTorch definition on every device; its repr
+says so (an attention's: ``kernel=sdpa (MMVIT_EXT_KERNELS=portable)``). ``portable`` is the only
+value the variable takes: any other is ignored, with one warning when mmvit_ext is imported
+(:func:`warn_removed_kernels_env`). ``flags.kernels`` and ``flags.KERNEL_CHOICES`` do not exist;
+reading either raises ``AttributeError`` naming what to use instead (:data:`KERNELS_REMOVED`).
 """
 import os
 import warnings
@@ -29,10 +34,11 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 KERNELS_ENV = 'MMVIT_EXT_KERNELS'
+# the line behind flags.kernels' AttributeError and the warning for any other MMVIT_EXT_KERNELS
 KERNELS_REMOVED = ('the CPU kernels that intercepted torch calls were removed in 0.2.0, and '
-                   'flags.kernels with them: every device runs the portable model code, as '
-                   'kernels("portable") did; the explicit attention path is '
-                   'flags.fused_attention(False)')
+                   'flags.kernels with them: every device runs the portable model code, with '
+                   'device kernels chosen when a layer is built and shown in its repr; the '
+                   'explicit attention path is flags.fused_attention(False)')
 
 
 class Flag:

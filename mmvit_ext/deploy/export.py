@@ -89,7 +89,7 @@ def min_dynamic_size(root: nn.Module, fixed_windows: bool = True) -> int:
     size-1 dims) and a detector's deepest prior level (RetinaNet: stride 128) at least 2 pixels.
     ``fixed_windows``: also keep the window layout fixed where windows shrink to fit small maps
     (``fixed_window_size``). Below that the window fitting becomes graph arithmetic too; the
-    graph is still exact but its export is slower (Swin test arch from 64 px: 41 s, not 25 s)."""
+    graph is still exact, but slower to export (docs/deployment.md)."""
     backbone = root.backbone if isinstance(root, BackboneOutputs) else root.model.backbone
     limits = backbone.export_limits()
     low = max(limits.min_size, limits.fixed_window_size if fixed_windows else 0)

@@ -3,8 +3,8 @@
 A kernel computes what a layer's pure-PyTorch function computes, faster on some devices; the
 layer picks it when built (visible in ``print(model)``) and calls the portable function wherever
 the kernel does not run. Compiled libraries are imported lazily, inside the finders, so
-importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` turns every
-kernel off.
+importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` builds every
+layer without its kernel (:mod:`mmvit_ext.flags`).
 """
 from .attention import (ExplicitAttentionKernel, attention_kernel_piece, cpu_has_bf16_matmul,
                         find_attention_kernel)

@@ -4,33 +4,33 @@
 run faster as the layer's explicit product
 (:func:`mmvit_ext.layers.attention.explicit_attention`: q scaled once, the bias terms added,
 softmax in float32, ``@ v``; plain differentiable torch ops, double backward, ``torch.func``
-and hooks as usual):
+and hooks as usual); the measured speeds are in docs/speed.md ("Attention on CPU"):
 
 * an additive bias that needs a gradient (Swin's relative-position table in training): SDPA
-  runs its math composite there, with a pass over the map for fully masked rows (``isneginf``
-  / ``all`` / ``where``) and q and k scaled separately, ~3 % of a Swin-T training step on
-  2 cores that timm's and mmdet's explicit maps do not pay;
+  runs its math composite there, which adds a pass over the map for fully masked rows
+  (``isneginf`` / ``all`` / ``where``) and scales q and k separately, work that timm's and
+  mmdet's explicit maps do not do;
 * bfloat16 maps of at most ``bf16_max_map`` query-key pairs per image and head (Swin's and
-  ViTDet's windows, DeiT's 197 tokens, PVTv2's later stages): oneDNN's bf16 matmuls outrun the
-  flash kernel's blocks by 1.2-2.8x there (AVX-512 bf16, 2 cores, forward and backward;
-  docs/speed.md). Larger maps to train keep SDPA, which never materialises them: the explicit
-  product keeps each map for backward (float32 probabilities and their bf16 copy), which on
-  PVTv2-b2's first stages cost more memory (up to 1.3x timm's peak) than the time it saved;
-* bfloat16 maps of any size that need no gradient (inference), in pieces of at most
-  ``bf16_piece_map`` query-key pairs (whole maps of several images or windows, or query rows
-  of one image's maps): 1.3-2x faster than the flash kernel on PVTv2's first stages and
-  ViTDet's global blocks (docs/speed.md). A piece's float32 probabilities take 8 MB at
-  2**21 pairs; with glibc's default heap, pieces of 2**22 and 2**23 pairs were slower (more
-  of their pages faulted in anew), pieces of 2**20 rows too few for ViTDet's matmuls.
+  ViTDet's windows, DeiT's 197 tokens, PVTv2's later stages): one oneDNN bf16 matmul over a
+  small map outruns the flash kernel's blocks, forward and backward. Larger maps to train keep
+  SDPA, which never materialises them: the explicit product keeps each map for backward
+  (float32 probabilities and their bf16 copy), and on PVTv2's first stages that memory costs
+  more than the time it saves;
+* bfloat16 maps of any size that need no gradient (inference): nothing is kept for backward,
+  and the bf16 matmuls outrun the flash kernel on large maps too (PVTv2's first stages,
+  ViTDet's global blocks). They run in pieces of at most ``bf16_piece_map`` query-key pairs
+  (whole maps of several images or windows, or query rows of one image's maps); a piece's
+  float32 probabilities take 8 MB at 2**21 pairs, small enough that glibc's default heap
+  faults few of their pages in anew, large enough to give ViTDet's matmuls rows to work on.
 
-The bfloat16 rules hold only where oneDNN has bf16 matmuls (AVX-512 bf16, AMX), the case
-measured: on an AVX2 CPU torch's fallback bf16 GEMM (~1 GFLOP/s) would run the explicit
-product, so SDPA keeps those calls.
+The bfloat16 rules hold only where oneDNN has bf16 matmuls (AVX-512 bf16, AMX): elsewhere
+torch's bf16 GEMM is a slow fallback, so SDPA keeps those calls.
 
 float16 always runs SDPA: without a float16 matmul in oneDNN (no AVX-512 FP16 / AMX) the
-explicit product is 3-20x slower there. The biases our models pass are finite (Swin's shift
-mask is -100), so no row is fully masked and the two paths agree up to rounding. Everywhere
-else (other devices, float32 without a bias gradient, export, ``torch.compile``) SDPA runs.
+explicit product has no fast GEMM to run on. The biases our models pass are finite (Swin's
+shift mask is -100), so no row is fully masked and the two paths agree up to rounding.
+Everywhere else (other devices, float32 without a bias gradient, export, ``torch.compile``)
+SDPA runs.
 """
 import math
 from dataclasses import dataclass
@@ -100,9 +100,9 @@ class ExplicitAttentionKernel:
 
 
 def cpu_has_bf16_matmul() -> bool:
-    """Whether oneDNN multiplies bfloat16 natively on this CPU (AVX-512 bf16 or AMX), the case
-    measured; elsewhere a bf16 matmul is emulated (AVX-512) or torch's fallback GEMM (AVX2,
-    ~100x slower than float32). False where this torch cannot say."""
+    """Whether oneDNN multiplies bfloat16 natively on this CPU (AVX-512 bf16 or AMX); elsewhere
+    a bf16 matmul is emulated (AVX-512) or torch's fallback GEMM (AVX2), far slower than
+    float32. False where this torch cannot say."""
     try:
         return bool(torch.backends.mkldnn.is_available()
                     and (torch.cpu._is_avx512_bf16_supported()

@@ -2,10 +2,10 @@
 
 glibc serves blocks above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and unmaps
 them on free, so every large CPU tensor of a training step faults all of its pages in again.
-On this project's CPU machines (virtual machines) those faults dominate the step once tensors
-grow: PVTv2-b2-li fwd+bwd at batch 2, 512x512 took 1.76 s by default and 1.23 s with the heap
-retained; doubling the pixels cost 2.4-3.0x by default and 1.9-2.0x retained. The price is a
-higher resident peak (+10-15 % there), since freed memory is kept for reuse.
+On virtual machines, where touching freshly mapped memory is expensive, those faults can
+dominate a step once tensors grow, and a step's time grows faster than its pixels; retaining
+the heap serves those blocks from memory already faulted in (docs/speed.md, "Page faults and
+``--retain-heap``"). The price is a higher resident peak, since freed memory is kept for reuse.
 
 Process-wide, so retaining is opt-in: tools call it behind a flag (``--retain-heap``), never on
 import. Whether it took effect is checked, not assumed (:func:`retain_freed_memory` returns a
