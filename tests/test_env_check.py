@@ -155,15 +155,22 @@ def test_the_supplied_helper_keeps_the_rows_of_the_other_heads(heads, n_heads, h
         assert ref_heads == got_heads and ref_kept.tolist() == kept
 
 
-def test_the_helper_is_supplied_only_where_missing():
-    lacking = types.ModuleType('pytorch_utils')
-    assert transformers_compat.supply_helper(lacking)
-    assert lacking.find_pruneable_heads_and_indices is \
+def test_the_names_are_supplied_only_where_missing():
+    lacking = [types.ModuleType(name) for name in ('pytorch_utils', 'modeling_utils')]
+    config = types.ModuleType('configuration_utils')
+    config.PretrainedConfig = alias = type('PreTrainedConfig', (), {})
+    assert transformers_compat.supply_missing(*lacking, config)
+    assert lacking[0].find_pruneable_heads_and_indices is \
         transformers_compat.find_pruneable_heads_and_indices
-    own = types.ModuleType('pytorch_utils')
-    own.find_pruneable_heads_and_indices = theirs = lambda *args: None
-    assert transformers_compat.supply_helper(own)
-    assert own.find_pruneable_heads_and_indices is theirs
+    assert lacking[1].PretrainedConfig is alias
+    own = [types.ModuleType(name) for name in ('pytorch_utils', 'modeling_utils')]
+    own[0].find_pruneable_heads_and_indices = theirs = lambda *args: None
+    own[1].PretrainedConfig = their_config = type('PretrainedConfig', (), {})
+    assert transformers_compat.supply_missing(*own, config)
+    assert own[0].find_pruneable_heads_and_indices is theirs
+    assert own[1].PretrainedConfig is their_config
+    assert not transformers_compat.supply_missing(types.ModuleType('p'), types.ModuleType('m'),
+                                                  types.ModuleType('c'))  # no alias to give
 
 
 @pytest.mark.skipif(FORK_BREAK.message() is None,
@@ -172,7 +179,9 @@ def test_the_newest_stack_imports_the_peers_after_mmvit_ext_only():
     """With the fork's break installed, mmdet / mmpretrain import after mmvit_ext (BLIP's
     attention then prunes heads with the supplied helper), and still fail before it."""
     after = ("import mmvit_ext, mmdet.models, mmpretrain.models, torch\n"
-             "from transformers import pytorch_utils, BertConfig\n"
+             "from transformers import pytorch_utils, modeling_utils, BertConfig\n"
+             "from transformers import PreTrainedConfig\n"
+             "assert modeling_utils.PretrainedConfig is PreTrainedConfig\n"
              "from mmpretrain.models.multimodal.blip import language_model as lm\n"
              "from mmvit_ext.utils.env_check import problems\n"
              "ours = mmvit_ext.utils.transformers_compat.find_pruneable_heads_and_indices\n"

@@ -74,9 +74,10 @@ KNOWN_BREAKS = (
         why=("with pycocotools and transformers installed, mmpretrain imports its multimodal "
              "models, which take find_pruneable_heads_and_indices from "
              "transformers.pytorch_utils (gone since transformers 5.0) and then subclass None "
-             "('TypeError: NoneType takes no arguments'); mmdet.models imports mmpretrain, so "
-             "detection configs fail as well"),
-        fix=("import mmvit_ext before mmdet / mmpretrain (it supplies the helper; configs do "
+             "('TypeError: NoneType takes no arguments'), and PretrainedConfig from "
+             "transformers.modeling_utils (renamed PreTrainedConfig in 5.0); mmdet.models "
+             "imports mmpretrain, so detection configs fail as well"),
+        fix=("import mmvit_ext before mmdet / mmpretrain (it supplies both names; configs do "
              "through custom_imports); pip install 'transformers<5'; or, " + _NO_MMPRETRAIN),
         mend=mend_onedl_mmpretrain),
 )
