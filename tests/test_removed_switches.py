@@ -1,4 +1,5 @@
-"""What 0.2.0 removed says so in one line: ``flags.kernels`` and ``MMVIT_EXT_KERNELS``."""
+"""What 0.2.0 removed says so in one line: ``flags.kernels``, and ``MMVIT_EXT_KERNELS`` set to
+anything but ``portable`` (the one value it takes)."""
 import os
 import subprocess
 import sys
