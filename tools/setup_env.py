@@ -31,7 +31,7 @@ EPILOG = """\
 stacks:
   pinned  requirements/dev.txt into .venv (default; the README's stack)
   oldest  requirements/oldest.txt (torch 2.1 + mmcv 2.1.0) into .venv-oldest
-  newest  requirements/newest.txt (torch 2.11 + the OneDL forks) into .venv-newest
+  newest  requirements/newest.txt (torch 2.15 + the OneDL forks) into .venv-newest
 mmcv (or onedl-mmcv) is compiled against the stack's torch where its ops do not run, and its
 wheel kept in ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/mmcv/KEY (KEY names mmcv, torch, device and
 Python); on a GPU machine the wheels of tools/build_gpu_wheels.sh in .whl/ are used first.
