@@ -104,3 +104,30 @@ def test_refined_vit_inference_memory_near_deepvit():
     refiner = _inference_live_bytes(RefinedViT(arch='s'), size)
     deepvit = _inference_live_bytes(DeepViT(arch='s'), size)
     assert refiner <= 1.6 * deepvit, (refiner / 2 ** 20, deepvit / 2 ** 20)  # 1.42x
+
+
+def test_pieces_follow_the_map_not_a_cache_size(monkeypatch):
+    """By default a map is refined in REFINER_PIECES pieces of rows, at any size; the pieces
+    cover every row once."""
+    refiner = _randomise(RefinerMap(2, 3, 3).double()).eval()
+    rows = []
+    refine_band = refiner._refine_band
+    monkeypatch.setattr(refiner, '_refine_band',
+                        lambda band, piece, *args: rows.append(piece.shape[-2])
+                        or refine_band(band, piece, *args))
+    for n in (64, 400):
+        rows.clear()
+        with torch.no_grad():
+            refiner(torch.rand(1, 2, n, 5, dtype=torch.float64))
+        assert len(rows) == map_transforms.REFINER_PIECES == 8 and sum(rows) == n
+
+
+def test_a_trace_serves_other_sizes():
+    """Traced (torch.jit.trace, the legacy ONNX exporter's tracer) the map is one piece, so a
+    trace made on 17 x 13 maps refines 40 x 31 maps as the modules do."""
+    refiner = _randomise(RefinerMap(2, 3, 3, scale=0.7).double()).eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(refiner, torch.rand(2, 2, 17, 13, dtype=torch.float64))
+        maps = torch.rand(2, 2, 40, 31, dtype=torch.float64).softmax(-1)
+        expected = refiner._refine(fold_leading(maps)).reshape(maps.shape)
+        torch.testing.assert_close(traced(maps), expected, rtol=1e-12, atol=1e-13)

@@ -92,10 +92,11 @@ class RefinedViT(PlainViTBase):
             outputs and gradients, a fraction of the activation memory. It normalises with
             this process's batch only: a Refiner made SyncBatchNorm (mmengine ``sync_bn``) is
             refused in training with one line; use ``recompute_maps=False`` there. The
-            Refiners count a batch in their running statistics once per forward, also when
-            ``with_cp`` recomputes their blocks in backward. At inference (frozen norms) the
-            Refiners run folded, a band of map rows at a time, never holding the expanded maps
-            whole (:class:`~mmvit_ext.layers.RefinerMap`); nothing to set.
+            Refiners count a batch in their running statistics once per training forward,
+            whoever calls the blocks, also when ``with_cp`` recomputes them in backward. At
+            inference (frozen norms) the Refiners run folded, in pieces of map rows, never
+            holding the expanded maps whole (:class:`~mmvit_ext.layers.RefinerMap`); nothing
+            to set.
     """
 
     family = 'refiner'
