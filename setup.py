@@ -1,13 +1,11 @@
 """mmvit_ext: vision-transformer backbones for dense prediction in the OpenMMLab ecosystem.
 
-Tested stacks (docs/install.md): requirements/oldest.txt (Python 3.9, torch 2.1.2, mmcv 2.1.0),
-requirements/dev.txt (the pinned one: Python 3.11, torch 2.11, OpenMMLab's mmcv 2.1.0 / mmengine
-0.10.7 / mmdet 3.3 / mmseg 1.2.2 / mmpretrain 1.2, numpy 2) and requirements/newest.txt (Python
-3.12, numpy 2, transformers 4.57, the OneDL forks). OpenMMLab's packages and their maintained OneDL
-forks install the same import packages under other distribution names, so the core requirements
-name neither: the extras ``openmmlab`` / ``onedl`` (and ``det`` / ``seg`` / ``cls`` or their
-``onedl-`` twins) pick one, and ``pip install mmvit_ext`` into an existing environment installs
-nothing else. No upper bound on torch, no pin on mmcv.
+OpenMMLab's packages and their maintained OneDL forks install the same import packages under
+other distribution names, so the core requirements name neither: the extras ``openmmlab`` /
+``onedl`` (and ``det`` / ``seg`` / ``cls`` or their ``onedl-`` twins) pick one, and ``pip install
+.`` into an existing environment installs nothing else. No upper bound on torch, no pin on mmcv.
+A new environment installs torch and mmcv's compiled ops first (docs/install.md); the tested
+stacks are the files under requirements/.
 """
 import re
 import shutil
@@ -63,12 +61,17 @@ _extras = {
     # ONNX export (mmvit_ext.deploy, tools/deployment); needs torch >= 2.6 besides
     'deploy': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3'],
     # the test suite: reference implementations and layouts it compares against
+    # the test suite beside a stack: what tests/ imports (tests/test_install_lines.py checks);
+    # timm, Hugging Face and vit-pytorch models are its references
     'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
-              'pycocotools'],
+              'pycocotools', 'onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3', 'vit-pytorch',
+              'pyyaml', 'packaging'],
 }
-# everything of one kind: OpenMMLab's stack (the OneDL one is the onedl* extras together)
+# everything of one kind: OpenMMLab's stack (the OneDL one is the onedl* extras together).
+# OpenMMLab's last mmpretrain (1.2.0) fails to import beside transformers >= 4.56 and
+# pycocotools (mmvit_ext/utils/env_check.py, KNOWN_BREAKS), so the whole stack keeps it below.
 _extras['all'] = sorted({req for name, reqs in _extras.items() if not name.startswith('onedl')
-                        for req in reqs})
+                         for req in reqs} - {'transformers>=4.40'} | {'transformers>=4.40,<4.56'})
 
 setup(
     name='mmvit_ext',

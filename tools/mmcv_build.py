@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-DEFAULT_DIST, DEFAULT_VERSION = 'mmcv', '2.1.0'
-# mmcv 2.1.0's setup.py imports pkg_resources, gone from setuptools 70 on
-DEFAULT_BUILD_TOOLS = ('setuptools<70', 'wheel', 'ninja')
 PIP = ('-m', 'pip', 'install', '--disable-pip-version-check', '-q')
 # mmcv's ops run on the device: a CPU-only build imports fine on a GPU machine and fails on the
 # first CUDA tensor, so the probe runs nms there
@@ -46,9 +43,9 @@ Log = Callable[[str], None]
 class MmcvPin:
     """Which mmcv a stack builds (``dist==version``) and the tools its build needs."""
 
-    dist: str = DEFAULT_DIST
-    version: str = DEFAULT_VERSION
-    build_tools: tuple = DEFAULT_BUILD_TOOLS
+    dist: str
+    version: str
+    build_tools: tuple
 
     @property
     def spec(self) -> str:
@@ -61,12 +58,14 @@ class MmcvPin:
 
 
 def pin_from_requirements(text: str) -> MmcvPin:
-    """The ``(onedl-)mmcv==X`` line and the ``# build: ...`` tools of a requirements file;
-    mmcv 2.1.0 and setuptools < 70 where it names none."""
+    """The ``(onedl-)mmcv==X`` line and the ``# build: ...`` tools of a requirements file (each
+    stack's file names both: they are its facts, read from nowhere else)."""
     pin = re.search(r'^((?:onedl-)?mmcv)==([^\s#]+)', text, re.M)
     tools = re.search(r'^# build: *([^(\n]*)', text, re.M)
-    return MmcvPin(pin.group(1) if pin else DEFAULT_DIST, pin.group(2) if pin else DEFAULT_VERSION,
-                   tuple(tools.group(1).split()) if tools else DEFAULT_BUILD_TOOLS)
+    if not pin or not tools:
+        raise ValueError('a stack\'s requirements name its mmcv (a "mmcv==X" or "onedl-mmcv==X" '
+                         'line) and the tools its build needs (a "# build: ..." line)')
+    return MmcvPin(pin.group(1), pin.group(2), tuple(tools.group(1).split()))
 
 
 def arch_key(arch_list: str) -> str:
@@ -81,6 +80,11 @@ def cache_key(pin: MmcvPin, torch_version: str, python: str, cuda: Optional[str]
     if cuda is None:
         return f'{pin.dist}{pin.version}-torch{torch_version}-cpu-{py}'
     return f'{pin.dist}{pin.version}-torch{torch_version}-cu{cuda}-{py}-sm{arch_key(arch or "")}'
+
+
+def cache_root(env: Mapping[str, str] = os.environ) -> Path:
+    """Where built mmcv wheels are kept, one folder per :func:`cache_key`."""
+    return Path(env.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')) / 'mmvit_ext' / 'mmcv'
 
 
 def torch_info(python: str) -> dict:

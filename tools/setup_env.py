@@ -28,16 +28,17 @@ STACKS = {'pinned': 'requirements/dev.txt', 'oldest': 'requirements/oldest.txt',
 # what the stamp hashes: a change to any of them sets the venv up again
 STAMPED = ('setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py')
 EPILOG = """\
-stacks:
+stacks (each requirements file names its Python, torch, mmcv and build tools):
   pinned  requirements/dev.txt into .venv (default; the README's stack)
-  oldest  requirements/oldest.txt (torch 2.1 + mmcv 2.1.0) into .venv-oldest
-  newest  requirements/newest.txt (torch 2.15 + the OneDL forks) into .venv-newest
+  oldest  requirements/oldest.txt into .venv-oldest
+  newest  requirements/newest.txt into .venv-newest
 mmcv (or onedl-mmcv) is compiled against the stack's torch where its ops do not run, and its
 wheel kept in ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/mmcv/KEY (KEY names mmcv, torch, device and
 Python); on a GPU machine the wheels of tools/build_gpu_wheels.sh in .whl/ are used first.
 environment: PYTHON (the interpreter for a new venv; default: the requirements file's
-"# python: X.Y" line, looked up as pythonX.Y on the PATH or under pyenv, else python3), MAX_JOBS
-(compile jobs, default: all cores), TORCH_CUDA_ARCH_LIST (CUDA archs, default: the device's)."""
+"# python: X.Y" line, looked up as pythonX.Y on the PATH or under pyenv, else python3, said in
+one line), MAX_JOBS (compile jobs, default: all cores), TORCH_CUDA_ARCH_LIST (CUDA archs,
+default: the device's)."""
 
 
 def log(msg: str) -> None:
@@ -52,26 +53,26 @@ def wanted_python(requirements: str) -> Optional[str]:
     return None
 
 
-def find_python(version: Optional[str], env=os.environ) -> str:
-    """``$PYTHON``; else python``version`` on the PATH or under pyenv; else python3."""
+def find_python(version: Optional[str], env=os.environ, log=None) -> str:
+    """``$PYTHON``; else python``version`` on the PATH or under pyenv; else python3, said in one
+    line through ``log``."""
     if env.get('PYTHON'):
         return env['PYTHON']
+    fallback = shutil.which('python3', path=env.get('PATH')) or sys.executable
     if not version:
-        return shutil.which('python3') or sys.executable
+        return fallback
     pyenv = subprocess.run(['pyenv', 'root'], capture_output=True, text=True) \
-        if shutil.which('pyenv') else None
+        if shutil.which('pyenv', path=env.get('PATH')) else None
     pyenv_root = pyenv.stdout.strip() if pyenv and pyenv.returncode == 0 else \
         env.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
     candidates = [f'python{version}',
                   *sorted(glob.glob(f'{pyenv_root}/versions/{version}*/bin/python{version}'))]
     for candidate in candidates:
-        try:
-            if subprocess.run([candidate, '-c', ''], capture_output=True).returncode == 0:
-                return candidate
-        except OSError:
-            continue
-    raise SystemExit(f'[setup_env] error: this stack runs on Python {version}; no python{version} '
-                     'found on the PATH or under pyenv; install it or set PYTHON')
+        if python_version(candidate) == version:
+            return candidate
+    (log or print)(f'this stack asks for Python {version}; no python{version} on the PATH or under '
+                   f'pyenv, so using {fallback} (Python {python_version(fallback)}) instead')
+    return fallback
 
 
 def stamp_of(requirements: Path) -> str:
@@ -103,7 +104,7 @@ def setup(stack: str, venv: Path) -> None:
     if stamp.is_file() and stamp.read_text().strip() == want:
         log(f'.venv is up to date ({venv})')
         return
-    python = find_python(wanted_python(reqs))
+    python = find_python(wanted_python(reqs), log=log)
     have = python_version(str(venv / 'bin' / 'python'))
     if have and have != python_version(python):  # a venv of another Python is made anew
         shutil.rmtree(venv)
@@ -114,7 +115,7 @@ def setup(stack: str, venv: Path) -> None:
     base = base_pins(reqs)
     mmcv_build.pip_install(py, *pin.build_tools)
     mmcv_build.pip_install(py, *base)
-    cache = Path(os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache'))) / 'mmvit_ext' / 'mmcv'
+    cache = mmcv_build.cache_root()
     try:
         log(mmcv_build.ensure_mmcv(py, pin, cache, base=base, log=log,
                                    find_links=(ROOT / '.whl' / 'core', ROOT / '.whl')))

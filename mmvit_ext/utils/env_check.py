@@ -5,7 +5,8 @@ why and the fixes. ``import mmvit_ext`` warns once per break found (package meta
 imported); ``tools/train.py`` and ``tools/test.py`` stop with the same line before building
 anything, when the run's config reaches a failing package (a segmentation run that never imports
 mmpretrain goes on). An environment holding both the OpenMMLab and the OneDL distribution of one
-package (:mod:`mmvit_ext.distributions`) is named the same way. A user whose installed packages
+package (:mod:`mmvit_ext.distributions`) is named the same way, and so is an mmcv without its
+compiled ops, for the runs that reach mmdet or mmseg (whose models import ``mmcv.ops``). A user whose installed packages
 are patched sets ``MMVIT_EXT_IGNORE_KNOWN_BREAKS=1``: the tools then warn instead of stopping.
 
 A break with a ``mend`` (a helper the peers import that mmvit_ext can supply) is mended by
@@ -16,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Set, Tuple
 
-from ..distributions import installed_version, mixed_distributions
+from ..distributions import NEED_OPS, installed_version, missing_ops, mixed_distributions
 from ..torch_compat import parse_release as parse_version
 from .transformers_compat import mend_onedl_mmpretrain
 
@@ -103,6 +104,8 @@ def problems(version: Optional[Callable[[str], Optional[str]]] = None,
     wanted = None if scopes is None else set(scopes)
     found = [b.message(version) for b in KNOWN_BREAKS
              if b not in _MENDED and (wanted is None or wanted & set(b.fails))]
+    if wanted is None or wanted & set(NEED_OPS):
+        found.append(missing_ops(version=version))
     return [m for m in found if m is not None] + mixed_distributions(version)
 
 
