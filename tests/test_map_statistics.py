@@ -91,7 +91,8 @@ def test_forward_features_counts_each_transform_once(name, with_cp):
 
 def test_transforms_count_in_their_own_forward():
     """No owner needed: a ReAttention or a RefinerMap alone counts as a BatchNorm does."""
-    for transform in (ReAttention(2), RefinerMap(2, recompute=True), RefinerMap(2, recompute=False)):
+    for transform in (ReAttention(2), RefinerMap(2, recompute=True),
+                      RefinerMap(2, recompute=False)):
         transform.train()
         transform(torch.rand(2, 2, 5, 5).softmax(-1).requires_grad_()).sum().backward()
         norms = [m for m in transform.modules() if isinstance(m, nn.BatchNorm2d)]

@@ -106,25 +106,11 @@ def test_refined_vit_inference_memory_near_deepvit():
     assert refiner <= 1.6 * deepvit, (refiner / 2 ** 20, deepvit / 2 ** 20)  # 1.42x
 
 
-def test_pieces_follow_the_map_not_a_cache_size(monkeypatch):
-    """By default a map is refined in REFINER_PIECES pieces of rows, at any size; the pieces
-    cover every row once."""
-    refiner = _randomise(RefinerMap(2, 3, 3).double()).eval()
-    rows = []
-    refine_band = refiner._refine_band
-    monkeypatch.setattr(refiner, '_refine_band',
-                        lambda band, piece, *args: rows.append(piece.shape[-2])
-                        or refine_band(band, piece, *args))
-    for n in (64, 400):
-        rows.clear()
-        with torch.no_grad():
-            refiner(torch.rand(1, 2, n, 5, dtype=torch.float64))
-        assert len(rows) == map_transforms.REFINER_PIECES == 8 and sum(rows) == n
-
-
-def test_a_trace_serves_other_sizes():
-    """Traced (torch.jit.trace, the legacy ONNX exporter's tracer) the map is one piece, so a
-    trace made on 17 x 13 maps refines 40 x 31 maps as the modules do."""
+def test_a_trace_serves_other_sizes(monkeypatch):
+    """Traced (torch.jit.trace, the legacy ONNX exporter's tracer) the map is one band, so a
+    trace made on 17 x 13 maps (one-row bands untraced) refines 40 x 31 maps as the modules
+    do."""
+    monkeypatch.setattr(map_transforms, 'REFINER_BAND_BYTES', 1)
     refiner = _randomise(RefinerMap(2, 3, 3, scale=0.7).double()).eval()
     with torch.no_grad():
         traced = torch.jit.trace(refiner, torch.rand(2, 2, 17, 13, dtype=torch.float64))

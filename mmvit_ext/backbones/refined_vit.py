@@ -94,9 +94,9 @@ class RefinedViT(PlainViTBase):
             refused in training with one line; use ``recompute_maps=False`` there. The
             Refiners count a batch in their running statistics once per training forward,
             whoever calls the blocks, also when ``with_cp`` recomputes them in backward. At
-            inference (frozen norms) the Refiners run folded, in pieces of map rows, never
-            holding the expanded maps whole (:class:`~mmvit_ext.layers.RefinerMap`); nothing
-            to set.
+            inference (frozen norms) the Refiners run folded, a band of map rows at a time,
+            never holding the expanded maps whole (:class:`~mmvit_ext.layers.RefinerMap`);
+            nothing to set.
     """
 
     family = 'refiner'

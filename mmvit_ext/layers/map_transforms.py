@@ -5,7 +5,7 @@
 * :class:`TalkingHeads` (CaiT): a linear H x H head mixing, before (logits) or after the softmax.
 * :class:`RefinerMap` (Refined-ViT): expand H maps to r*H (1x1 conv), a depthwise k x k conv on
   every expanded map (distributed local attention), reduce back to H (1x1 conv), residual, then
-  BatchNorm over heads and ``scale``; with frozen norms, folded and in pieces of map rows.
+  BatchNorm over heads and ``scale``; with frozen norms, folded and a band of map rows at a time.
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
@@ -114,12 +114,12 @@ class RefinerMap(MapTransform):
 
     With frozen norms (inference, or ``norm_eval`` outside the recompute) the Refiner runs
     folded: each BatchNorm is an affine map folded into its convolution (and ``scale`` into the
-    last), and the map's rows are refined in :data:`REFINER_PIECES` pieces (each with the
-    k // 2 rows around it that the local convolution reads), the expanded piece channels-last:
-    the r*H expanded maps exist for one piece at a time, about r / REFINER_PIECES of the input
-    maps' bytes, on every device and at every size. Traced, compiled or exported, the map is
-    one piece (a trace holds no size-dependent loop). Equal to the modules up to rounding
-    (tests/test_refiner_inference.py). Its inner modules' hooks do not fire there.
+    last), and the map's rows are refined a band at a time (``REFINER_BAND_BYTES`` of expanded
+    maps, each band with the k // 2 rows around it that the local convolution reads), the
+    expanded band channels-last. Traced, compiled or exported, the map is one band (a trace
+    holds no size-dependent loop). Equal to the modules up to rounding
+    (tests/test_refiner_inference.py); the r*H expanded maps never exist whole. Its inner
+    modules' hooks do not fire there.
     """
 
     stage = POST_SOFTMAX
@@ -186,20 +186,17 @@ class RefinerMap(MapTransform):
 
     def _refine_folded(self, maps: torch.Tensor) -> torch.Tensor:
         """:meth:`_refine` with frozen norms, on folded maps (B, H, N, M): the norms and
-        ``scale`` folded into the convolutions, the map's rows taken a piece at a time (each
-        with the ``k // 2`` rows around it that its local convolution reads), so that the r*H
-        expanded maps exist for one piece only."""
+        ``scale`` folded into the convolutions, the map's rows taken a band at a time (each
+        band with the ``k // 2`` rows around it that its local convolution reads), so that the
+        r*H expanded maps exist for one band only, small enough to stay in cache."""
         folded = self._folded_weights(maps.dtype)
         pad = self.depth_sep_conv.padding[0]
         if torch.jit.is_tracing() or torch_compat.is_compiling() or torch_compat.is_exporting():
-            return self._refine_band(maps, maps, (pad, pad), folded)  # one piece: any size
+            return self._refine_band(maps, maps, (pad, pad), folded)  # one band: any size
         n = maps.shape[-2]
-        if REFINER_BAND_BYTES is None:
-            rows = -(-n // REFINER_PIECES)
-        else:
-            row_bytes = maps.shape[0] * self.depth_sep_conv.out_channels * maps.shape[-1] \
-                * maps.element_size()
-            rows = max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
+        row_bytes = maps.shape[0] * self.depth_sep_conv.out_channels * maps.shape[-1] \
+            * maps.element_size()
+        rows = max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
         if rows >= n:
             return self._refine_band(maps, maps, (pad, pad), folded)
         out = torch.empty_like(maps)
@@ -304,12 +301,10 @@ class RefinerMap(MapTransform):
 
 _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
 
-# pieces of map rows the frozen-norm Refiner refines one after the other: a memory bound
-# relative to the maps (one piece's expanded maps are about r / 8 of the input maps' bytes, 3/8
-# for the official r = 3), the same few large kernels on any device
-REFINER_PIECES = 8
-# or, when set, the bytes of expanded maps (halo rows included) one piece may hold instead
-REFINER_BAND_BYTES: Optional[int] = None
+# bytes of expanded maps (r*H channels, halo rows included) one band of the frozen-norm Refiner
+# holds: within a last-level cache, and under glibc's largest mmap threshold (32 MiB), so that
+# the bands' buffers come back from the heap instead of faulting fresh pages in for every band
+REFINER_BAND_BYTES = 8 * 2 ** 20
 
 
 def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
