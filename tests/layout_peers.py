@@ -1,13 +1,15 @@
 """Peer implementations of every layout we load, built from the venv with random weights.
 
 Each case gives the checkpoint exactly as a user holds it (timm ``model.state_dict()``, a
-transformers model's state dict, a whole mmdet detector checkpoint...), the peer's own features
+transformers model's saved weights, a whole mmdet detector checkpoint...), the peer's own features
 for an input, and our config for the same architecture. Outputs are compared like with like:
 where the peer has no output norm for a stage (a classifier keeps only the final one) the peer's
 map goes through a plain LayerNorm, which is what our freshly initialised output norm is.
 """
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -48,6 +50,16 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
             else:
                 param.copy_(0.05 * noise)
     return model.eval()
+
+
+def hf_checkpoint(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """A transformers model's weights as its files hold them (``save_pretrained``, the Hub's
+    layout): transformers 5 renames some models' modules in memory (ViT's ``attention.q_proj``
+    for ``attention.attention.query``) and names them back when it saves."""
+    from safetensors.torch import load_file
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return load_file(str(Path(folder) / 'model.safetensors'))
 
 
 def set_eps(model: nn.Module, pattern: str, eps: float) -> nn.Module:
@@ -122,11 +134,11 @@ def swin_cases() -> Dict[str, Case]:
         last = hf_model.layernorm(enc.last_hidden_state)
         return (*(_ln(m) for m in maps[:-1]),
                 last.transpose(1, 2).reshape(maps[-1].shape))
-    cases['HF SwinModel'] = Case('swin', 'Hugging Face transformers Swin', hf_model.state_dict(),
+    cases['HF SwinModel'] = Case('swin', 'Hugging Face transformers Swin', hf_checkpoint(hf_model),
                                  hf_model_features, _swin_ours(), SWIN_IMG)
     hf_backbone = randomise(transformers.SwinBackbone(config), seed=2)
     cases['HF SwinBackbone'] = Case('swin', 'Hugging Face transformers Swin',
-                                    hf_backbone.state_dict(),
+                                    hf_checkpoint(hf_backbone),
                                     lambda x: hf_backbone(x).feature_maps, _swin_ours(), SWIN_IMG)
     classifier = randomise(build_in_scope('mmpretrain', dict(
         type='ImageClassifier',
@@ -230,11 +242,11 @@ def pvt_cases() -> Dict[str, Case]:
     hf_norms = r'patch_embedding\.layer_norm$|attention\.layer_norm$'
     hf_model = set_eps(randomise(transformers.PvtV2Model(config), seed=1), hf_norms, 1e-5)
     cases['HF PvtV2Model'] = Case(
-        'pvtv2', 'Hugging Face transformers PVTv2', hf_model.state_dict(),
+        'pvtv2', 'Hugging Face transformers PVTv2', hf_checkpoint(hf_model),
         lambda x: hf_model(x, output_hidden_states=True).hidden_states, _pvt_ours(), PVT_IMG)
     hf_backbone = set_eps(randomise(transformers.PvtV2Backbone(config), seed=2), hf_norms, 1e-5)
     cases['HF PvtV2Backbone'] = Case('pvtv2', 'Hugging Face transformers PVTv2',
-                                     hf_backbone.state_dict(),
+                                     hf_checkpoint(hf_backbone),
                                      lambda x: hf_backbone(x).feature_maps, _pvt_ours(), PVT_IMG)
     from mmdet.models.backbones.pvt import PyramidVisionTransformerV2 as MMDetPVT
     mmdet = randomise(MMDetPVT(embed_dims=16, num_layers=list(PVT['depths']),

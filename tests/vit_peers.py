@@ -9,7 +9,7 @@ from typing import Dict
 import torch
 from torch import nn
 
-from layout_peers import Case, build_in_scope, randomise
+from layout_peers import Case, build_in_scope, hf_checkpoint, randomise
 
 DIM, DEPTH, HEADS = 32, 3, 2
 IMG, PATCH, DINO_PATCH = 64, 16, 14
@@ -132,11 +132,11 @@ def hf_cases(transformers) -> Dict[str, Case]:
                                     image_size=IMG, patch_size=PATCH, layer_norm_eps=1e-6,
                                     hidden_act='gelu')
     model = randomise(transformers.ViTModel(config), seed=4)
-    cases['HF ViTModel'] = Case('vit', 'Hugging Face transformers ViT', model.state_dict(),
+    cases['HF ViTModel'] = Case('vit', 'Hugging Face transformers ViT', hf_checkpoint(model),
                                 _hf_features(model, model.layernorm), ours(), IMG)
     classifier = randomise(transformers.ViTForImageClassification(config), seed=5)
     cases['HF ViTForImageClassification'] = Case(
-        'vit', 'Hugging Face transformers ViT', classifier.state_dict(),
+        'vit', 'Hugging Face transformers ViT', hf_checkpoint(classifier),
         _hf_features(classifier.vit, classifier.vit.layernorm), ours(), IMG)
     dconfig = transformers.Dinov2Config(hidden_size=DIM, num_hidden_layers=DEPTH,
                                         num_attention_heads=HEADS, mlp_ratio=4,
@@ -145,7 +145,7 @@ def hf_cases(transformers) -> Dict[str, Case]:
                                         out_features=['stage1', 'stage2', 'stage3'],
                                         apply_layernorm=False, reshape_hidden_states=True)
     dmodel = randomise(transformers.Dinov2Model(dconfig), seed=6)
-    cases['HF Dinov2Model'] = Case('vit', 'Hugging Face transformers DINOv2', dmodel.state_dict(),
+    cases['HF Dinov2Model'] = Case('vit', 'Hugging Face transformers DINOv2', hf_checkpoint(dmodel),
                                    _hf_features(dmodel, dmodel.layernorm), dino_ours(), DINO_IMG)
     dbackbone = randomise(transformers.Dinov2Backbone(dconfig), seed=7)
 
@@ -156,12 +156,12 @@ def hf_cases(transformers) -> Dict[str, Case]:
             last.shape)
         return tuple(maps)
     cases['HF Dinov2Backbone'] = Case('vit', 'Hugging Face transformers DINOv2',
-                                      dbackbone.state_dict(), backbone_features, dino_ours(),
+                                      hf_checkpoint(dbackbone), backbone_features, dino_ours(),
                                       DINO_IMG)
     swiglu = transformers.Dinov2Config(**{**dconfig.to_dict(), 'use_swiglu_ffn': True})
     dclassifier = randomise(transformers.Dinov2ForImageClassification(swiglu), seed=8)
     cases['HF Dinov2ForImageClassification (SwiGLU)'] = Case(
-        'vit', 'Hugging Face transformers DINOv2', dclassifier.state_dict(),
+        'vit', 'Hugging Face transformers DINOv2', hf_checkpoint(dclassifier),
         _hf_features(dclassifier.dinov2, dclassifier.dinov2.layernorm),
         dino_ours(ffn='swiglu'), DINO_IMG)
     return cases

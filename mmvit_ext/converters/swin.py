@@ -121,8 +121,10 @@ _HF = (
 def convert_hf_swin(state_dict: StateDict) -> StateDict:
     """transformers ``SwinModel`` / ``SwinBackbone`` keys -> ours: separate query / key / value
     concatenated into ``qkv``; ``layernorm`` -> ``norm{last}``, ``hidden_states_norms.stage{k}``
-    -> ``norm{k-1}``; mask token, pooler and classifier dropped. Others come back unchanged."""
-    state_dict = strip_model_prefix(state_dict, 'swin.')
+    -> ``norm{k-1}``; mask token, pooler and classifier dropped, and the unused ``swin.layernorm``
+    a transformers 5 ``SwinBackbone`` saves beside its own keys. Others come back unchanged."""
+    if has_key(state_dict, r'^swin\.embeddings\.'):  # SwinForImageClassification nests the model
+        state_dict = strip_model_prefix(state_dict, 'swin.')
     if not has_key(state_dict, r'^embeddings\.patch_embeddings\.projection\.weight$') \
             or not has_key(state_dict, r'^encoder\.layers\.\d+\.blocks\.'):
         return dict(state_dict)
@@ -132,7 +134,7 @@ def convert_hf_swin(state_dict: StateDict) -> StateDict:
     state_dict = {(f'norm{last}.' + k[len('layernorm.'):] if k.startswith('layernorm.') else k): v
                   for k, v in state_dict.items()}
     out = rename_keys(state_dict, _HF, drop=lambda k: k.endswith(_BUFFERS) or k.startswith(
-        ('classifier.', 'pooler.', 'embeddings.mask_token')))
+        ('classifier.', 'pooler.', 'embeddings.mask_token', 'swin.')))
     pos = out.get('absolute_pos_embed')
     if pos is not None and math.isqrt(pos.shape[1] - 1) ** 2 == pos.shape[1] - 1:
         out['absolute_pos_embed'] = pos[:, 1:]  # HF keeps a class-token slot Swin never uses
