@@ -109,9 +109,19 @@ def test_bf16_autocast(name, setting):
 
 def test_torch_compile():
     """Whole checkpointed blocks trace (aot_eager: dynamo + AOT autograd, no C++ build) and
-    give eager's gradients. (Parts are not compiled: their hooks break the graph at every
-    part, docs/big_models.md.)"""
+    give eager's gradients."""
     plain, ckpt = _pair('SwinTransformer', True)
+    x = torch.randn(2, 3, 64, 48)
+    torch._dynamo.reset()
+    compiled = torch.compile(ckpt, backend='aot_eager')
+    _assert_same(_grads(compiled, x), _grads(plain, x), rtol=1e-4)
+
+
+@pytest.mark.parametrize('setting', ['attn', dict(blocks=True, mlp_chunks=2)], ids=str)
+def test_torch_compile_parts(setting):
+    """Parts and MLP chunks are checkpointed inside the compiled graph too, with eager's
+    gradients (their saved bytes: tests/test_compiled_memory.py)."""
+    plain, ckpt = _pair('DeepViT', setting)
     x = torch.randn(2, 3, 64, 48)
     torch._dynamo.reset()
     compiled = torch.compile(ckpt, backend='aot_eager')

@@ -30,8 +30,8 @@ module of that name (every family's blocks have ``attn`` and ``mlp``), a
 :class:`~mmvit_ext.layers.CheckpointedCall` whose call checkpoints itself when selected (the
 block's code, parameter names and state dict stay as they are); whole blocks are checkpointed by
 :meth:`~mmvit_ext.backbones.BaseBackbone.run_block`. Checkpointing is non-reentrant (DDP, FSDP,
-frozen parameters and autocast work as without it; under ``torch.compile`` use whole blocks: a
-compiled forward runs parts plainly, with a warning), runs only in training with gradients
+frozen parameters and autocast work as without it; under ``torch.compile`` whole blocks and
+parts are checkpointed inside the graph), runs only in training with gradients
 enabled, and recomputes with the forward's random state (dropout and drop path give the same
 values; MLP dropout in chunks draws per chunk).
 """

@@ -11,7 +11,6 @@ checkpoint_chunks` on the parts it selects; the part's own call then runs throug
 :func:`checkpoint`. The module's code, parameter names and state dict stay as they are.
 """
 import threading
-import warnings
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ContextManager, Iterator, Tuple
 
@@ -59,8 +58,8 @@ class CheckpointedCall:
 
     ``checkpoint_chunks``: 0 runs the call plainly; 1 recomputes the whole call in backward;
     N > 1 cuts the first argument's token axis (-2) in N chunks, each a call of its own (hooks
-    fire per chunk) recomputed on its own (token-wise modules only). Only in training with gradients enabled; under
-    ``torch.compile`` the call runs plainly (whole blocks are checkpointed inside the graph).
+    fire per chunk) recomputed on its own (token-wise modules only). Only in training with
+    gradients enabled; under ``torch.compile`` inside the graph, as whole blocks are.
     """
 
     checkpoint_chunks: int = 0
@@ -69,11 +68,6 @@ class CheckpointedCall:
         chunks = self.checkpoint_chunks
         call = super().__call__
         if not chunks or not (self.training and torch.is_grad_enabled()):
-            return call(*args, **kwargs)
-        if torch_compat.is_compiling():
-            warnings.warn(f'{type(self).__name__}: with_cp parts and mlp_chunks are not '
-                          f'checkpointed in a forward compiled by torch.compile; whole blocks '
-                          f'are (with_cp=True, a number or one entry per stage)')
             return call(*args, **kwargs)
         if chunks == 1:
             return checkpoint(call, *args, **kwargs)
