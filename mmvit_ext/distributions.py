@@ -6,6 +6,7 @@ metadata and files only (no mm* import), so ``import mmvit_ext`` can say what to
 whether mmcv has its compiled ops, before anything imports mmengine.
 """
 import importlib.util
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -56,12 +57,20 @@ def missing_runtime(find: Callable[[str], object] = importlib.util.find_spec) ->
     return f"mmvit_ext needs {' and '.join(missing)}, which {verb} not installed: {INSTALL_HINT}"
 
 
-def ops_fix(dist: str, version: str) -> str:
+def ops_fix(dist: str, version: str, torch: Optional[str] = None) -> str:
     """The command that rebuilds ``dist==version`` with its ops against the installed torch (no
-    build isolation, so the build sees torch; no pip cache, which holds the build without ops)."""
+    build isolation, so the build sees torch; no pip cache, which holds the build without ops).
+    onedl-mmcv's setup.py asks C++17 after torch's flags, which torch >= 2.14's headers refuse:
+    there its source release is built with the standard raised to C++20 (docs/install.md)."""
     tools = ' '.join(f'"{t}"' if '<' in t or '>' in t else t for t in OPS_BUILD_TOOLS)
-    return (f'pip install {tools} && pip install --no-build-isolation --no-cache-dir '
-            f'--force-reinstall --no-deps {dist}=={version}')
+    build = 'pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps'
+    if dist == 'onedl-mmcv' and torch and tuple(map(int, re.findall(r'\d+', torch)[:2])) >= (2, 14):
+        src = f'mmcv_src/onedl_mmcv-{version}'
+        return (f'pip install {tools} && pip download --no-deps --no-binary :all: '
+                f'--no-build-isolation {dist}=={version} -d mmcv_src && tar -xzf {src}.tar.gz '
+                f'-C mmcv_src && sed -i "s/\'-std=c++17\'/\'-std=c++20\'/" {src}/setup.py && '
+                f'{build} ./{src}')
+    return f'pip install {tools} && {build} {dist}=={version}'
 
 
 def missing_ops(find: Callable[[str], object] = importlib.util.find_spec,
@@ -77,7 +86,7 @@ def missing_ops(find: Callable[[str], object] = importlib.util.find_spec,
     if dist == 'mmcv-lite':
         fix = f'pip uninstall -y mmcv-lite, then {ops_fix("mmcv", have)}'
     else:
-        fix = ops_fix(dist, have)
+        fix = ops_fix(dist, have, version('torch'))
     return (f'mmvit_ext: {dist} {have} has no compiled ops (mmcv._ext), which '
             f"{' and '.join(NEED_OPS)} models need (RoIAlign, NMS, deformable ops): it was built "
             f'where torch was not importable. Fix: {fix}')

@@ -35,6 +35,18 @@ def test_one_line_names_the_distribution_and_the_rebuild(tmp_path, dist, version
     assert distributions.missing_ops(lambda name: None, installed) is None  # no mmcv at all
 
 
+def test_onedl_mmcv_on_a_newer_torch_is_built_as_cxx20(tmp_path):
+    """torch >= 2.14's headers refuse C++17, which onedl-mmcv's setup.py asks: the fix builds its
+    source release with the standard raised, as docs/install.md's block and setup_env do."""
+    line = distributions.missing_ops(_spec(tmp_path), {'onedl-mmcv': '2.3.6', 'torch': '2.15.0'}.get)
+    assert "sed -i \"s/'-std=c++17'/'-std=c++20'/\" mmcv_src/onedl_mmcv-2.3.6/setup.py" in line
+    assert line.endswith('--force-reinstall --no-deps ./mmcv_src/onedl_mmcv-2.3.6')
+    older = distributions.missing_ops(_spec(tmp_path), {'onedl-mmcv': '2.3.6', 'torch': '2.13.0'}.get)
+    assert older.endswith('--no-deps onedl-mmcv==2.3.6') and 'sed' not in older
+    page = (ROOT / 'docs' / 'install.md').read_text()
+    assert "sed -i \"s/'-std=c++17'/'-std=c++20'/\" mmcv_src/onedl_mmcv-2.3.6/setup.py" in page
+
+
 def test_build_tools_are_the_pinned_stacks():
     """The fix builds with requirements/dev.txt's "# build:" tools (one source, checked here)."""
     sys.path.insert(0, str(ROOT / 'tools'))
