@@ -190,10 +190,12 @@ def test_install_uses_carried_sets_else_the_mmcv_recipe(tmp_path, monkeypatch):
                         lambda py, pin, cache, log: calls.append(('ensure', pin.spec)) or 'built')
     monkeypatch.setattr(gpu_check, 'ROOT', tmp_path)
     (tmp_path / 'requirements').mkdir()
-    (tmp_path / 'requirements' / 'dev.txt').write_text('torch==2.11.0\ntorchvision==0.26.0\nmmdet==3.3.0\n')
+    (tmp_path / 'requirements' / 'dev.txt').write_text(
+        '# build: wheel\ntorch==2.11.0\ntorchvision==0.26.0\nmmcv==2.1.0\nmmdet==3.3.0\n')
     gpu_check.install_stack('py', tmp_path, log=lambda msg: None)
     assert calls == [('ensure', 'mmcv==2.1.0'), ('-r', str(tmp_path / 'requirements.txt'))]
-    assert (tmp_path / 'requirements.txt').read_text() == 'mmdet==3.3.0\n'
+    # the machine's torch stays; mmcv is the build ensure_mmcv just installed
+    assert (tmp_path / 'requirements.txt').read_text() == '# build: wheel\nmmcv==2.1.0\nmmdet==3.3.0\n'
     calls.clear()
     (tmp_path / '.whl' / 'core').mkdir(parents=True)
     (tmp_path / '.whl' / 'core' / 'requirements.txt').write_text('mmdet==3.3.0\n')
