@@ -297,7 +297,8 @@ def test_plan_from_options_and_environment(tmp_path):
     plan = build_gpu_wheels.make_plan(args, {'NVCC': str(nvcc), 'MAX_JOBS': '5', 'PATH': ''})
     assert plan.out == Path.cwd() / 'rel_out' and plan.rebuild and plan.jobs == 5 and plan.arch == '9.0'
     assert plan.key == 'mmcv2.1.0-torch2.11.0-cu13.0-py312-sm9.0'
-    assert plan.build_specs() == ['torch==2.11.0', 'numpy>=2,<3', 'setuptools<70', 'wheel', 'ninja']
+    assert plan.build_specs() == ['torch==2.11.0', 'numpy>=2,<3', 'setuptools>=80,<82', 'wheel',
+                                  'packaging>=24.2', 'ninja']  # requirements/dev.txt's build line
     assert plan.build_venv == tmp_path / 'c' / 'venv-build' and plan.sets == ['core']
     bare = build_gpu_wheels.make_plan(build_gpu_wheels.parse_args([]),
                                       {'XDG_CACHE_HOME': str(tmp_path / 'x'), 'PATH': ''})

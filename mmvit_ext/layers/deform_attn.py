@@ -167,7 +167,7 @@ class MSDeformAttn(nn.Module):
 
     # read by mmvit_ext.engine.determinism: a deterministic CUDA run is refused before it starts
     nondeterministic_cuda_backward = ('deformable attention: atomicAdd in the CUDA backward of '
-                                      "mmcv's kernel and of grid_sample alike")
+                                      'the compiled kernel and of grid_sample alike')
 
     def __init__(self, dim: int, num_levels: int = 4, num_heads: int = 8, num_points: int = 4,
                  value_ratio: float = 1.0, recompute: bool = False) -> None:
