@@ -67,10 +67,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """The install-line runs only with --install-lines (and then only they run); in xdist
     workers, the collection ordered slowest files first (see SLOW_FILES_FIRST)."""
     wanted = config.getoption('--install-lines')
-    keep = [item for item in items if (item.get_closest_marker('install_lines') is not None) == wanted]
-    if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
-        items[:] = keep
+    chosen = [(item.get_closest_marker('install_lines') is not None) == wanted for item in items]
+    if not all(chosen):
+        config.hook.pytest_deselected(items=[i for i, keep in zip(items, chosen) if not keep])
+        items[:] = [i for i, keep in zip(items, chosen) if keep]
     if _WORKERS > 1:
         rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise
