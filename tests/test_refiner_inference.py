@@ -98,8 +98,8 @@ def _inference_live_bytes(model: nn.Module, size) -> int:
 
 def test_refined_vit_inference_memory_near_deepvit():
     """Inference holds a little more than DeepViT-S (the maps and one band of their expansion,
-    not all r*H expanded maps: 4.6x before the bands; issue #43 asks <= 2x; counted on the meta
-    device, no_grad)."""
+    not all r*H expanded maps: 4.6x before the bands; counted on the meta device, no_grad, which
+    takes the bands of a GPU, half a map each)."""
     size = (512, 640)  # 1,280 tokens: each global map is 12 x 1280 x 1280 floats (75 MiB)
     refiner = _inference_live_bytes(RefinedViT(arch='s'), size)
     deepvit = _inference_live_bytes(DeepViT(arch='s'), size)
@@ -117,3 +117,15 @@ def test_a_trace_serves_other_sizes(monkeypatch):
         maps = torch.rand(2, 2, 40, 31, dtype=torch.float64).softmax(-1)
         expected = refiner._refine(fold_leading(maps)).reshape(maps.shape)
         torch.testing.assert_close(traced(maps), expected, rtol=1e-12, atol=1e-13)
+
+
+def test_bands_per_device():
+    """CPU: cache-sized bands; any other device: about 2r bands, each band's expanded maps half
+    the input map (no CPU cache size there)."""
+    cpu = torch.empty(1, 12, 3800, 3800)
+    rows = map_transforms.refiner_band_rows(cpu, 36, 1)
+    assert rows == map_transforms.REFINER_BAND_BYTES // (36 * 3800 * 4) - 2
+    gpu_like = torch.empty(1, 12, 3800, 3800, device='meta')
+    rows = map_transforms.refiner_band_rows(gpu_like, 36, 1)
+    assert rows == 634 and -(-3800 // rows) == 6  # six bands of 36 x 634 rows
+    assert map_transforms.refiner_band_rows(torch.empty(2, 4, 10, 10, device='meta'), 10, 1) == 2

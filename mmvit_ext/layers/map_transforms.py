@@ -9,6 +9,7 @@
 
 Leading dimensions (batch, windows) are folded, so the transforms work inside windows too.
 """
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -114,10 +115,9 @@ class RefinerMap(MapTransform):
 
     With frozen norms (inference, or ``norm_eval`` outside the recompute) the Refiner runs
     folded: each BatchNorm is an affine map folded into its convolution (and ``scale`` into the
-    last), and the map's rows are refined a band at a time (``REFINER_BAND_BYTES`` of expanded
-    maps, each band with the k // 2 rows around it that the local convolution reads), the
-    expanded band channels-last. Traced, compiled or exported, the map is one band (a trace
-    holds no size-dependent loop). Equal to the modules up to rounding
+    last), and the map's rows are refined a band at a time (:func:`refiner_band_rows`, each
+    band with the k // 2 rows around it that the local convolution reads), the expanded band
+    channels-last. Equal to the modules up to rounding
     (tests/test_refiner_inference.py); the r*H expanded maps never exist whole. Its inner
     modules' hooks do not fire there.
     """
@@ -188,17 +188,13 @@ class RefinerMap(MapTransform):
         """:meth:`_refine` with frozen norms, on folded maps (B, H, N, M): the norms and
         ``scale`` folded into the convolutions, the map's rows taken a band at a time (each
         band with the ``k // 2`` rows around it that its local convolution reads), so that the
-        r*H expanded maps exist for one band only, small enough to stay in cache."""
+        r*H expanded maps exist for one band only (:func:`refiner_band_rows`)."""
         folded = self._folded_weights(maps.dtype)
         pad = self.depth_sep_conv.padding[0]
-        if torch.jit.is_tracing() or torch_compat.is_compiling() or torch_compat.is_exporting():
-            return self._refine_band(maps, maps, (pad, pad), folded)  # one band: any size
         n = maps.shape[-2]
-        row_bytes = maps.shape[0] * self.depth_sep_conv.out_channels * maps.shape[-1] \
-            * maps.element_size()
-        rows = max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
+        rows = refiner_band_rows(maps, self.depth_sep_conv.out_channels, pad)
         if rows >= n:
-            return self._refine_band(maps, maps, (pad, pad), folded)
+            return self._refine_band(maps, maps, (pad, pad), folded)  # one band: any size
         out = torch.empty_like(maps)
         for start in range(0, n, rows):
             stop = min(start + rows, n)
@@ -302,9 +298,29 @@ class RefinerMap(MapTransform):
 _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces functionally
 
 # bytes of expanded maps (r*H channels, halo rows included) one band of the frozen-norm Refiner
-# holds: within a last-level cache, and under glibc's largest mmap threshold (32 MiB), so that
-# the bands' buffers come back from the heap instead of faulting fresh pages in for every band
+# holds on CPU: within a last-level cache, and under glibc's largest mmap threshold (32 MiB),
+# so that the bands' buffers come back from the heap instead of faulting fresh pages in
 REFINER_BAND_BYTES = 8 * 2 ** 20
+
+
+def refiner_band_rows(maps: torch.Tensor, hidden: int, pad: int) -> int:
+    """Map rows per band of the frozen-norm Refiner on folded ``maps`` (B, H, N, M) expanded to
+    ``hidden`` channels; ``N`` or more means one band.
+
+    * traced, compiled or exported: one band, so that a graph holds no size-dependent loop and
+      serves every input size;
+    * CPU tensors: bands of :data:`REFINER_BAND_BYTES` of expanded maps, which stay in cache;
+    * every other device (CUDA): bands whose expanded maps hold half as many elements as the
+      input map, about 2r (r = hidden / H) bands of large kernels: the r*H expanded maps never
+      exist whole, and the Refiner adds about half a map to the memory of attention.
+    """
+    n = maps.shape[-2]
+    if torch.jit.is_tracing() or torch_compat.is_compiling() or torch_compat.is_exporting():
+        return n
+    if maps.device.type != 'cpu':
+        return max(1, math.ceil(n * maps.shape[1] / (2 * hidden)))
+    row_bytes = maps.shape[0] * hidden * maps.shape[-1] * maps.element_size()
+    return max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
 
 
 def _uncounted(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
