@@ -6,10 +6,9 @@
                                             ``attn_map`` forward hooks see every map once,
                                             FLOP counters see the matmuls. ``True`` (default):
                                             attention without map transforms may run
-                                            ``F.scaled_dot_product_attention`` (or, on CPU
-                                            where that is the slower way, the kernel of
-                                            :mod:`mmvit_ext.ops.attention`); a module built
-                                            with ``fused=False`` never does.
+                                            ``F.scaled_dot_product_attention`` on every
+                                            device (PyTorch picks its kernel per call); a
+                                            module built with ``fused=False`` never does.
 ``with flags.strict_loading(False):``        backbones accept checkpoints that leave tensors
                                             unloaded (a warning instead of an error), on every
                                             load path (``init_cfg``, ``load_state_dict`` ...).
@@ -21,9 +20,9 @@ the switches at run time, so they apply to models built before the block as well
 
 One more switch is an environment variable, read when a layer is built (not by a block):
 ``MMVIT_EXT_KERNELS=portable`` (:data:`KERNELS_ENV`) builds every layer without its device
-kernel of :mod:`mmvit_ext.ops` (the explicit attention product on CPU, mmcv's deformable
-attention on CUDA), so that it runs its portable PyTorch definition on every device; its repr
-says so (an attention's: ``kernel=sdpa (MMVIT_EXT_KERNELS=portable)``). ``portable`` is the only
+kernel of :mod:`mmvit_ext.ops` (today mmcv's deformable attention on CUDA, in ViT-Adapter),
+so that it runs its portable PyTorch definition on every device; its repr says so
+(``kernel=pytorch (MMVIT_EXT_KERNELS=portable)``). ``portable`` is the only
 value the variable takes: any other is ignored, with one warning when mmvit_ext is imported
 (:func:`warn_removed_kernels_env`). ``flags.kernels`` and ``flags.KERNEL_CHOICES`` do not exist;
 reading either raises ``AttributeError`` naming what to use instead (:data:`KERNELS_REMOVED`).

@@ -21,11 +21,11 @@ import setup_env  # noqa: E402
 # the core of what a user of a stack runs: every backbone's contract, every checkpoint layout and
 # load path, the installed wheel and its configs (the demo Mask R-CNN trained a step from it),
 # every peer config, feature equality with the peers, a shipped config of each task trained a
-# step (Mask R-CNN also under whole-model bf16 autocast), and the CPU attention kernel's rules
-# (bf16 / float16 autocast, whose CPU support differs between torch versions)
+# step (Mask R-CNN also under whole-model bf16 autocast), and attention under bf16 / float16
+# autocast (whose CPU support differs between torch versions)
 CORE = (
     'tests/test_contract.py', 'tests/test_layouts.py', 'tests/test_load_paths.py',
-    'tests/test_packaging.py', 'tests/test_attention_kernel.py',
+    'tests/test_packaging.py', 'tests/test_fused_attention.py',
     'tests/test_peer_configs.py::test_every_candidate_config_loads',
     'tests/test_peer_configs.py::test_features_equal_given_peer_weights',
     'tests/test_configs.py::test_config_trains_one_step_and_predicts[configs/mask_rcnn_pvtv2_b2.py]',

@@ -18,7 +18,8 @@ from torch import nn
 
 from ..converters.layouts import StateDict
 from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
-                      bias_terms, interpolation_matrix, known_equal)
+                      bias_terms, interpolation_matrix, known_equal,
+                      scaled_dot_product_attention)
 from ..registry import MODELS
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
@@ -142,15 +143,13 @@ class RelPosAttention(WindowAttention):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
-        fused = self.fused_kernel() and not bias_terms(attn_bias)
-        piece = self.kernel_piece(q, k) if fused else None
-        # no (N, N) bias for SDPA or the CPU kernel's pieces of query rows: the tables folded
-        # into q and k (the kernel's whole maps take the bias; a symbolic grid, export, too)
-        if fused and (piece is None or piece[1] < q.shape[-2]) \
+        # no (N, N) bias for SDPA: the tables folded into q and k (a symbolic grid, in export,
+        # keeps the bias)
+        if self.fused_kernel() and not bias_terms(attn_bias) \
                 and all(isinstance(side, int) for side in self.attn_grid):
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
-            return self.project(self.fused_attention(q, k, v, None, 1.0))
+            return self.project(scaled_dot_product_attention(q, k, v, None, self.dropout_p, 1.0))
         bias = decomposed_rel_pos(q, self.rel_pos_h, self.rel_pos_w, self.attn_grid)
         return super().attend(q, k, v, (*bias_terms(attn_bias), bias))
 

@@ -1,7 +1,7 @@
 """Shared layers: plain nn.Modules used by every backbone family (no device-specific code)."""
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, AttnBias,
                         MapTransform, attention_probs, bias_terms, explicit_attention,
-                        explicit_attention_in_pieces, final_map, map_attention,
+                        final_map, map_attention,
                         scaled_dot_product_attention, sum_bias)
 from .checkpoint import CheckpointedCall
 from .deform_attn import MSDeformAttn, multi_scale_deformable_attention, reference_points
@@ -25,7 +25,7 @@ from .window import (WindowAttention, WindowGeometry, fit_window, join_windows,
 __all__ = [
     'Attention', 'AttentionBase', 'CheckpointedCall', 'AttnBias', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
     'bias_terms', 'sum_bias', 'attention_probs', 'final_map',
-    'scaled_dot_product_attention', 'explicit_attention', 'explicit_attention_in_pieces',
+    'scaled_dot_product_attention', 'explicit_attention',
     'map_attention', 'ReAttention',
     'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
     'split_windows', 'join_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',

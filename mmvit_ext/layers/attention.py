@@ -12,13 +12,9 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
   :func:`map_attention` on a given map (:func:`final_map`: post-softmax transforms and
   ``attn_map``; dropout, ``attn @ v``), for families that reuse or carry maps (Refined-ViT).
 
-The final map always passes through ``attn_map`` (an Identity) for analysis hooks. One device
-kernel, chosen when a layer is built and shown in its repr (:mod:`mmvit_ext.ops.attention`):
-on CPU, where SDPA's kernels are the slower way (a bias that needs a gradient; bfloat16 with
-small maps, or without a gradient), the fused path runs :func:`explicit_attention` instead,
-in pieces where the kernel says (:func:`explicit_attention_in_pieces`;
-``MMVIT_EXT_KERNELS=portable`` turns it off).
-:mod:`mmvit_ext.flags` ``fused_attention(False)`` turns the fused path off.
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. The fused
+path is SDPA on every device, dtype and mode (PyTorch picks its kernel per call);
+:mod:`mmvit_ext.flags` ``fused_attention(False)`` turns it off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
 (Swin's per-head position bias and per-window shift mask): kept apart, no (windows x heads x
@@ -32,7 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import flags
-from ..ops.attention import attention_kernel_piece, find_attention_kernel
 from .checkpoint import CheckpointedCall
 
 PRE_SOFTMAX = 'pre_softmax'
@@ -127,39 +122,6 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
                          transforms, attn_map)
 
 
-def explicit_attention_in_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 scale: float, attn_bias: AttnBias, dropout_p: float,
-                                 piece: Tuple[int, int]) -> torch.Tensor:
-    """:func:`explicit_attention` (no map transforms) in pieces of ``piece = (items, rows)``:
-    items of the first dimension (images, windows) and query rows, one piece's map
-    materialised at a time; the pieces' outputs concatenated."""
-    items, rows = piece
-    terms = bias_terms(attn_bias)
-    outs = []
-    for start in range(0, q.shape[0], items):
-        lead = slice(start, start + items)
-        q_lead, k_lead, v_lead = (_lead_piece(t, q.dim(), lead) for t in (q, k, v))
-        lead_terms = [_lead_piece(t, q.dim(), lead) for t in terms]
-        row_outs = []
-        for first in range(0, q.shape[-2], rows):
-            span = slice(first, first + rows)
-            row_terms = tuple(t if t.dim() < 2 or t.shape[-2] == 1 else t[..., span, :]
-                              for t in lead_terms)
-            row_outs.append(explicit_attention(q_lead[..., span, :], k_lead, v_lead, scale,
-                                               row_terms, dropout_p))
-        outs.append(_joined(row_outs, -2))
-    return _joined(outs, 0)
-
-
-def _lead_piece(t: torch.Tensor, dims: int, lead: slice) -> torch.Tensor:
-    """``t``'s items ``lead`` of the first of ``dims`` dimensions (as it broadcasts)."""
-    return t[lead] if t.dim() == dims and t.shape[0] != 1 else t
-
-
-def _joined(pieces: Sequence[torch.Tensor], dim: int) -> torch.Tensor:
-    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
-
-
 def map_attention(attn: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                   transforms: Sequence[MapTransform] = (), attn_map: Optional[nn.Module] = None
                   ) -> torch.Tensor:
@@ -192,12 +154,9 @@ class AttentionBase(CheckpointedCall, nn.Module):
         self.map_transforms = nn.ModuleList(map_transforms)
         self.attn_map = nn.Identity()
         self.fused = fused
-        self.kernel, self.kernel_note = find_attention_kernel()  # chosen once, at build
 
     def extra_repr(self) -> str:
-        if not self.fused or self.map_transforms:
-            return 'explicit'
-        return f'kernel={self.kernel.describe() if self.kernel else f"sdpa ({self.kernel_note})"}'
+        return 'explicit' if not self.fused or self.map_transforms else 'fused'
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
@@ -206,23 +165,8 @@ class AttentionBase(CheckpointedCall, nn.Module):
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
         else:
-            x = self.fused_attention(q, k, v, attn_bias, self.scale)
+            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         return self.project(x)
-
-    def fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        attn_bias: AttnBias, scale: float) -> torch.Tensor:
-        """The fused path: SDPA, or the CPU kernel's explicit product where it takes the call
-        (in the pieces it says; :mod:`mmvit_ext.ops.attention`)."""
-        piece = self.kernel_piece(q, k, attn_bias)
-        if piece is None:
-            return scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, scale)
-        return explicit_attention_in_pieces(q, k, v, scale, attn_bias, self.dropout_p, piece)
-
-    def kernel_piece(self, q: torch.Tensor, k: torch.Tensor, attn_bias: AttnBias = None
-                     ) -> Optional[Tuple[int, int]]:
-        """The pieces ``(items, rows)`` where the CPU kernel's explicit product runs this call
-        of the fused path, ``None`` where SDPA does."""
-        return attention_kernel_piece(self.kernel, q, k, bias_terms(attn_bias))
 
     @property
     def dropout_p(self) -> float:
@@ -230,8 +174,8 @@ class AttentionBase(CheckpointedCall, nn.Module):
         return self.attn_drop if self.training else 0.0
 
     def fused_kernel(self) -> bool:
-        """Whether :meth:`attend` takes the fused path now (no map transforms, no ``attn_map``
-        hook; SDPA, or the CPU kernel of :mod:`mmvit_ext.ops.attention`)."""
+        """Whether :meth:`attend` takes the fused path (SDPA) now: no map transforms, the
+        layer's ``fused`` and the :mod:`mmvit_ext.flags` switch on."""
         return self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get()
 
     def project(self, x: torch.Tensor) -> torch.Tensor:

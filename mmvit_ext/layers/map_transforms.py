@@ -193,7 +193,7 @@ class RefinerMap(MapTransform):
         pad = self.depth_sep_conv.padding[0]
         n = maps.shape[-2]
         rows = refiner_band_rows(maps, self.depth_sep_conv.out_channels, pad)
-        if rows >= n:
+        if rows is None or rows >= n:
             return self._refine_band(maps, maps, (pad, pad), folded)  # one band: any size
         out = torch.empty_like(maps)
         for start in range(0, n, rows):
@@ -303,9 +303,9 @@ _BN_FORWARD = nn.BatchNorm2d.forward  # the forward the recompute reproduces fun
 REFINER_BAND_BYTES = 8 * 2 ** 20
 
 
-def refiner_band_rows(maps: torch.Tensor, hidden: int, pad: int) -> int:
+def refiner_band_rows(maps: torch.Tensor, hidden: int, pad: int) -> Optional[int]:
     """Map rows per band of the frozen-norm Refiner on folded ``maps`` (B, H, N, M) expanded to
-    ``hidden`` channels; ``N`` or more means one band.
+    ``hidden`` channels; ``None`` (or ``N`` or more) means one band.
 
     * traced, compiled or exported: one band, so that a graph holds no size-dependent loop and
       serves every input size;
@@ -314,11 +314,10 @@ def refiner_band_rows(maps: torch.Tensor, hidden: int, pad: int) -> int:
       input map, about 2r (r = hidden / H) bands of large kernels: the r*H expanded maps never
       exist whole, and the Refiner adds about half a map to the memory of attention.
     """
-    n = maps.shape[-2]
     if torch.jit.is_tracing() or torch_compat.is_compiling() or torch_compat.is_exporting():
-        return n
+        return None
     if maps.device.type != 'cpu':
-        return max(1, math.ceil(n * maps.shape[1] / (2 * hidden)))
+        return max(1, math.ceil(maps.shape[-2] * maps.shape[1] / (2 * hidden)))
     row_bytes = maps.shape[0] * hidden * maps.shape[-1] * maps.element_size()
     return max(1, REFINER_BAND_BYTES // row_bytes - 2 * pad)
 

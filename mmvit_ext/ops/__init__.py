@@ -1,4 +1,5 @@
-"""Device kernels beside the portable definitions of :mod:`mmvit_ext.layers`.
+"""Device kernels beside the portable definitions of :mod:`mmvit_ext.layers` (today one:
+mmcv's CUDA multi-scale deformable attention; attention itself is SDPA everywhere).
 
 A kernel computes what a layer's pure-PyTorch function computes, faster on some devices; the
 layer picks it when built (visible in ``print(model)``) and calls the portable function wherever
@@ -6,11 +7,7 @@ the kernel does not run. Compiled libraries are imported lazily, inside the find
 importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` builds every
 layer without its kernel (:mod:`mmvit_ext.flags`).
 """
-from .attention import (ExplicitAttentionKernel, attention_kernel_piece, cpu_has_bf16_matmul,
-                        find_attention_kernel)
 from .ms_deform_attn import (DeformAttnKernel, call_blocker, find_deform_attn_kernel,
                              kernels_enabled)
 
-__all__ = ['DeformAttnKernel', 'ExplicitAttentionKernel', 'attention_kernel_piece',
-           'call_blocker', 'cpu_has_bf16_matmul', 'find_attention_kernel',
-           'find_deform_attn_kernel', 'kernels_enabled']
+__all__ = ['DeformAttnKernel', 'call_blocker', 'find_deform_attn_kernel', 'kernels_enabled']
