@@ -160,12 +160,12 @@ def test_ext_info_loads_the_extension_without_mmcv_itself():
 def test_the_machine_is_the_lists_data_not_code():
     """The target machine's facts (Python, archs, platforms, pins of the build venv, the most a
     set may hold) are the list's ``@`` lines; no tool spells them."""
-    target = build_gpu_wheels.read_target(LIST.read_text())
+    target = python_env.read_target(LIST.read_text())
     assert target['python'] == ['3.12'] and target['arch'] == ['9.0'] and target['max-set-mib'] == ['60']
     assert target['build'] == ['numpy>=2,<3'] and 'manylinux_2_28_x86_64' in target['platforms']
-    assert not any(e.name.startswith('@') for e in build_gpu_wheels.read_list(LIST.read_text()))
+    assert not any(e.name.startswith('@') for e in python_env.read_list(LIST.read_text()))
     with pytest.raises(KeyError, match='names no @arch'):
-        build_gpu_wheels.read_target('@python 3.12\n@platforms any\n@build x\n@read y\n@max-set-mib 1\n')
+        python_env.read_target('@python 3.12\n@platforms any\n@build x\n@read y\n@max-set-mib 1\n')
     for path in sorted((ROOT / 'tools').glob('*.py')):
         text = path.read_text()
         for fact in ("'3.12'", "'9.0'", '2026-11-17', '60 MiB', 'manylinux'):
@@ -181,18 +181,18 @@ def test_list_parses_into_sets():
             'big-pkg==1.0 extra   # a trailing comment\n'
             'addict==2.4.0 core\n'
             'loose==0.1\n')
-    entries = build_gpu_wheels.read_list(text)
+    entries = python_env.read_list(text)
     assert [e.spec for e in entries] == ['torch==2.11.0', 'mmcv==2.1.0', 'ninja==1.11', 'big-pkg==1.0',
                                          'addict==2.4.0', 'loose==0.1']
     assert entries[-1].set == ''
-    assert build_gpu_wheels.shipped_sets(entries) == ['core', 'extra']  # first-seen order, no image / build
-    assert build_gpu_wheels.specs_of(entries, 'core') == ['mmcv==2.1.0', 'addict==2.4.0']
-    assert build_gpu_wheels.pinned(entries, 'Torch') == '2.11.0'
+    assert python_env.shipped_sets(entries) == ['core', 'extra']  # first-seen order, no image / build
+    assert python_env.specs_of(entries, 'core') == ['mmcv==2.1.0', 'addict==2.4.0']
+    assert python_env.pinned(entries, 'Torch') == '2.11.0'
     with pytest.raises(KeyError, match='pins no mmdet'):
-        build_gpu_wheels.pinned(entries, 'mmdet')
-    real = build_gpu_wheels.read_list(LIST.read_text())
-    assert build_gpu_wheels.shipped_sets(real) == ['core']
-    core = build_gpu_wheels.specs_of(real, 'core')
+        python_env.pinned(entries, 'mmdet')
+    real = python_env.read_list(LIST.read_text())
+    assert python_env.shipped_sets(real) == ['core']
+    core = python_env.specs_of(real, 'core')
     assert len(core) == len(re.findall(r'^\S+==\S+ core$', LIST.read_text(), re.M)) and 'mmcv==2.1.0' in core
 
 
@@ -209,16 +209,16 @@ def test_downloaded_wheels_are_matched_to_their_pins(tmp_path):
 
 
 def test_requirements_and_manifest_of_dummy_wheels(tmp_path):
-    entries = build_gpu_wheels.read_list('a==1 core\nb==2 core\nc==3 extra\ntorch==2 image\n')
+    entries = python_env.read_list('a==1 core\nb==2 core\nc==3 extra\ntorch==2 image\n')
     wheels = {'core/a-1-py3-none-any.whl': b'x' * 1000, 'core/b-2-py3-none-any.whl': b'y' * 48576,
               'extra/c-3-py3-none-any.whl': b'z' * 1048576}
     for rel, data in wheels.items():
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_bytes(data)
-    build_gpu_wheels.write_requirements(tmp_path, entries, ['core', 'extra'])
+    python_env.write_requirements(tmp_path, entries, ['core', 'extra'])
     assert (tmp_path / 'core' / 'requirements.txt').read_text() == 'a==1\nb==2\n'
     assert (tmp_path / 'requirements.txt').read_text() == 'a==1\nb==2\nc==3\n'
-    text = build_gpu_wheels.write_manifest(tmp_path, ['core', 'extra'], ['GPU wheel set: test'])
+    text = python_env.write_manifest(tmp_path, ['core', 'extra'], ['GPU wheel set: test'])
     assert text == (tmp_path / 'MANIFEST.txt').read_text()
     lines = text.splitlines()
     assert lines[0] == '# GPU wheel set: test'

@@ -14,7 +14,6 @@ hold) are tools/gpu_wheels.txt's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import math
@@ -27,17 +26,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmcv_build  # noqa: E402
-from python_env import (cache_dir, cpu_count, find_python, find_wheel,  # noqa: E402
-                        install_wheel_sets, make_venv, pip, python_version)
+from python_env import (Entry, cache_dir, cpu_count, find_python, find_wheel,  # noqa: E402
+                        install_wheel_sets, make_venv, mib, pinned, pip, python_version, read_list,
+                        read_target, shipped_sets, specs_of, write_manifest, write_requirements)
 
 ROOT = Path(__file__).resolve().parents[1]
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
-NOT_SHIPPED = ('image', 'build')  # sets of the list never shipped: the machine's own, the build's
-TARGET_KEYS = ('python', 'arch', 'platforms', 'build', 'read', 'max-set-mib')
 MODULES = ('cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models',
            'mmdet.evaluation', 'mmseg.models', 'mmseg.evaluation', 'pycocotools.cocoeval',
            'mmvit_ext')
@@ -69,103 +67,6 @@ class BuildError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f'[build_gpu_wheels {time.strftime("%H:%M:%S")}] {msg}', flush=True)
-
-
-# ---------------------------------------------------------------------------- the list
-
-@dataclass(frozen=True)
-class Entry:
-    """One ``NAME==VERSION SET`` line of the list."""
-
-    name: str
-    version: str
-    set: str
-
-    @property
-    def spec(self) -> str:
-        return f'{self.name}=={self.version}'
-
-
-def read_list(text: str) -> List[Entry]:
-    """The ``NAME==VERSION SET`` lines of a wheel list, in order; comments and ``@`` lines
-    skipped, a line without a set gets the set ``''``."""
-    entries = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or fields[0].startswith('#') or '==' not in fields[0]:
-            continue
-        name, version = fields[0].split('==', 1)
-        entries.append(Entry(name, version, fields[1] if len(fields) > 1 else ''))
-    return entries
-
-
-def read_target(text: str) -> Dict[str, List[str]]:
-    """The ``@KEY VALUE...`` lines of a wheel list: the facts of the machine it is for."""
-    target = {line.split()[0][1:]: line.split()[1:] for line in text.splitlines()
-              if line.startswith('@') and line.split()[1:]}
-    missing = [key for key in TARGET_KEYS if key not in target]
-    if missing:
-        raise KeyError(f'tools/gpu_wheels.txt names no @{" @".join(missing)}')
-    return target
-
-
-def pinned(entries: Sequence[Entry], name: str) -> str:
-    """The version the list pins ``name`` to."""
-    for entry in entries:
-        if entry.name.lower() == name.lower():
-            return entry.version
-    raise KeyError(f'tools/gpu_wheels.txt pins no {name}')
-
-
-def shipped_sets(entries: Sequence[Entry]) -> List[str]:
-    """The sets that become .whl/<set>/, in the order they first appear."""
-    sets: List[str] = []
-    for entry in entries:
-        if entry.set and entry.set not in NOT_SHIPPED and entry.set not in sets:
-            sets.append(entry.set)
-    return sets
-
-
-def specs_of(entries: Sequence[Entry], set_name: str) -> List[str]:
-    """``NAME==VERSION`` of every entry in ``set_name``."""
-    return [entry.spec for entry in entries if entry.set == set_name]
-
-
-def write_requirements(out: Path, entries: Sequence[Entry], sets: Sequence[str]) -> None:
-    """``out/<set>/requirements.txt`` for each set and ``out/requirements.txt`` of them all."""
-    everything: List[str] = []
-    for set_name in sets:
-        lines = specs_of(entries, set_name)
-        (Path(out) / set_name / 'requirements.txt').write_text(''.join(f'{ln}\n' for ln in lines))
-        everything += lines
-    (Path(out) / 'requirements.txt').write_text(''.join(f'{ln}\n' for ln in everything))
-
-
-def mib(size: int) -> str:
-    return f'{size} bytes ({size / 1048576:.1f} MiB)'
-
-
-def write_manifest(out: Path, sets: Sequence[str], notes: Iterable[str]) -> str:
-    """``out/MANIFEST.txt``: ``notes`` and the install lines as comments, then each set's wheels
-    (``set/file  size  sha256``) with the set's and the overall total. Returns its text."""
-    links = ''.join(f' --find-links .whl/{s}' for s in sets)
-    lines = [f'# {note}' for note in notes]
-    lines += ['# install one set a call: pip install --no-index --no-deps --find-links .whl/SET'
-              ' -r .whl/SET/requirements.txt',
-              f'# or all: pip install --no-index --no-deps{links} -r .whl/requirements.txt']
-    total = 0
-    for set_name in sets:
-        wheels = sorted((Path(out) / set_name).glob('*.whl'))
-        lines.append(f'## set {set_name}')
-        lines += [f'{set_name}/{w.name}  {w.stat().st_size}  {hashlib.sha256(w.read_bytes()).hexdigest()}'
-                  for w in wheels]
-        set_total = sum(w.stat().st_size for w in wheels)
-        lines.append(f'## set {set_name} total: {mib(set_total)}')
-        total += set_total
-    lines.append(f'## total: {mib(total)}')
-    text = ''.join(f'{ln}\n' for ln in lines)
-    (Path(out) / 'MANIFEST.txt').write_text(text)
-    return text
 
 
 # ---------------------------------------------------------------------------- the plan

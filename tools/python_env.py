@@ -1,21 +1,26 @@
 """The Python environments the tools make: which interpreter, pip, wheel files, the cache, the
-freshness stamp of a venv and the install of carried wheel sets. Standard library only: it runs
-on the machine's python3 before any venv exists."""
+freshness stamp of a venv, and wheel sets (a wheel list's sets, their requirements and manifest,
+their install where there is no package index). Standard library only: it runs before any venv
+exists."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 # pip's notes on file:// index entries and on --no-deps installs: noise here
 PIP_NOISE = ('is ignored: it is neither a file nor a directory', 'dependency resolver does not',
              'dependency conflicts', 'which is not installed')
 Log = Callable[[str], None]
+NOT_SHIPPED = ('image', 'build')  # sets of a list never shipped: the machine's own, the build's
+TARGET_KEYS = ('python', 'arch', 'platforms', 'build', 'read', 'max-set-mib')
 
 
 def python_version(python: str) -> Optional[str]:
@@ -101,6 +106,104 @@ def find_wheel(folder: Path, name: str, version: str, pure_only: bool = False) -
         if not pure_only or parts[-3:] == ['py3', 'none', 'any']:
             return path
     return None
+
+
+# ---------------------------------------------------------------------------- wheel lists and sets
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``NAME==VERSION SET`` line of the list."""
+
+    name: str
+    version: str
+    set: str
+
+    @property
+    def spec(self) -> str:
+        return f'{self.name}=={self.version}'
+
+
+def read_list(text: str) -> List[Entry]:
+    """The ``NAME==VERSION SET`` lines of a wheel list, in order; comments and ``@`` lines
+    skipped, a line without a set gets the set ``''``."""
+    entries = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith('#') or '==' not in fields[0]:
+            continue
+        name, version = fields[0].split('==', 1)
+        entries.append(Entry(name, version, fields[1] if len(fields) > 1 else ''))
+    return entries
+
+
+def read_target(text: str) -> Dict[str, List[str]]:
+    """The ``@KEY VALUE...`` lines of a wheel list: the facts of the machine it is for (its
+    Python, CUDA archs, wheel platforms, build pins, the most MiB a set may hold)."""
+    target = {line.split()[0][1:]: line.split()[1:] for line in text.splitlines()
+              if line.startswith('@') and line.split()[1:]}
+    missing = [key for key in TARGET_KEYS if key not in target]
+    if missing:
+        raise KeyError(f'the wheel list names no @{" @".join(missing)}')
+    return target
+
+
+def pinned(entries: Sequence[Entry], name: str) -> str:
+    """The version the list pins ``name`` to."""
+    for entry in entries:
+        if entry.name.lower() == name.lower():
+            return entry.version
+    raise KeyError(f'the wheel list pins no {name}')
+
+
+def shipped_sets(entries: Sequence[Entry]) -> List[str]:
+    """The sets that become .whl/<set>/, in the order they first appear."""
+    sets: List[str] = []
+    for entry in entries:
+        if entry.set and entry.set not in NOT_SHIPPED and entry.set not in sets:
+            sets.append(entry.set)
+    return sets
+
+
+def specs_of(entries: Sequence[Entry], set_name: str) -> List[str]:
+    """``NAME==VERSION`` of every entry in ``set_name``."""
+    return [entry.spec for entry in entries if entry.set == set_name]
+
+
+def write_requirements(out: Path, entries: Sequence[Entry], sets: Sequence[str]) -> None:
+    """``out/<set>/requirements.txt`` for each set and ``out/requirements.txt`` of them all."""
+    everything: List[str] = []
+    for set_name in sets:
+        lines = specs_of(entries, set_name)
+        (Path(out) / set_name / 'requirements.txt').write_text(''.join(f'{ln}\n' for ln in lines))
+        everything += lines
+    (Path(out) / 'requirements.txt').write_text(''.join(f'{ln}\n' for ln in everything))
+
+
+def mib(size: int) -> str:
+    return f'{size} bytes ({size / 1048576:.1f} MiB)'
+
+
+def write_manifest(out: Path, sets: Sequence[str], notes: Iterable[str]) -> str:
+    """``out/MANIFEST.txt``: ``notes`` and the install lines as comments, then each set's wheels
+    (``set/file  size  sha256``) with the set's and the overall total. Returns its text."""
+    links = ''.join(f' --find-links .whl/{s}' for s in sets)
+    lines = [f'# {note}' for note in notes]
+    lines += ['# install one set a call: pip install --no-index --no-deps --find-links .whl/SET'
+              ' -r .whl/SET/requirements.txt',
+              f'# or all: pip install --no-index --no-deps{links} -r .whl/requirements.txt']
+    total = 0
+    for set_name in sets:
+        wheels = sorted((Path(out) / set_name).glob('*.whl'))
+        lines.append(f'## set {set_name}')
+        lines += [f'{set_name}/{w.name}  {w.stat().st_size}  {hashlib.sha256(w.read_bytes()).hexdigest()}'
+                  for w in wheels]
+        set_total = sum(w.stat().st_size for w in wheels)
+        lines.append(f'## set {set_name} total: {mib(set_total)}')
+        total += set_total
+    lines.append(f'## total: {mib(total)}')
+    text = ''.join(f'{ln}\n' for ln in lines)
+    (Path(out) / 'MANIFEST.txt').write_text(text)
+    return text
 
 
 def wheel_sets(root: Path) -> List[Path]:
