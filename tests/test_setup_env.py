@@ -156,6 +156,36 @@ def test_bash_under_tools_and_ci_stays_small():
         assert not re.search(r'python\S*"? +- *<<', path.read_text()), path
 
 
+# top-level tools/*.py: what a user runs plus one helper module (issue #55 asks at most 1,600)
+TOOLS_LINES_GOAL, TOOLS_LINES_NOW = 1600, 2310
+
+
+def _tools_lines() -> int:
+    return sum(len(p.read_text().splitlines()) for p in (ROOT / 'tools').glob('*.py'))
+
+
+def test_one_helper_module_for_pip_wheels_caches_and_the_interpreter():
+    """pip, wheel files, the cache, the core count, the interpreter and the freshness stamp are
+    python_env's alone; no file over ~500 lines."""
+    for path in sorted((ROOT / 'tools').glob('*.py')):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 530, path.name
+        if path.name != 'python_env.py':
+            assert not re.search(r"'-m', 'pip'|def (pip|find_wheel|cpu_count|find_python|cache_dir|"
+                                 r"is_fresh)\b|sched_getaffinity|XDG_CACHE_HOME'\)", text), path.name
+
+
+def test_tools_lines_do_not_grow():
+    """A ratchet: lower TOOLS_LINES_NOW as code goes, never raise it."""
+    assert _tools_lines() <= TOOLS_LINES_NOW, _tools_lines()
+
+
+@pytest.mark.xfail(strict=True, reason='top-level tools/*.py is still above the 1,600 lines issue #55 '
+                   'asks; the rest needs features dropped (the rehearsal\'s extra checks, ...)')
+def test_tools_lines_within_the_goal():
+    assert _tools_lines() <= TOOLS_LINES_GOAL, _tools_lines()
+
+
 def test_help_of_the_bootstraps():
     for script, words in (('setup_env.sh', ('--stack', '--venv', 'pinned', 'oldest', 'newest', 'MAX_JOBS')),
                           ('test_stack.sh', ('oldest', 'newest', '--venv'))):

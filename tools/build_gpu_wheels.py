@@ -344,7 +344,7 @@ def rehearse(plan: Plan, python: Path) -> bool:
     logs.mkdir(parents=True)
     log(f'rehearse: fresh install of the set into {python.parent.parent} (--no-index --no-deps)')
     names = [spec.split('==')[0] for spec in (plan.out / 'requirements.txt').read_text().split()]
-    subprocess.run([py, '-m', 'pip', 'uninstall', '-q', '-y', *names], capture_output=True)
+    pip(py, 'uninstall', '-q', '-y', *names, check=False)
     install_wheel_sets(py, [plan.out / s for s in plan.sets], log=lambda msg: print(f'REHEARSE {msg}'))
     ade, run_dir, report = logs / 'ade', logs / 'upernet', logs / 'gpu_check.md'
     roots = [f'{part}_dataloader.dataset.data_root={ade}' for part in ('train', 'val', 'test')]

@@ -429,7 +429,7 @@ def in_virtualenv(python: str) -> bool:
 
 
 def describe(python: str, device: str) -> str:
-    """``'NVIDIA H200 | torch 2.11.0+cu130'``, or the last line of the error."""
+    """``'<device name> | torch <version>'``, or the last line of the error."""
     code = (f"import torch; print(torch.cuda.get_device_name() if '{device}' == 'cuda' else 'cpu', "
             "'| torch', torch.__version__)")
     out = subprocess.run([python, '-c', code], capture_output=True, text=True)

@@ -15,9 +15,10 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-# pip's notes on file:// index entries and on --no-deps installs: noise here
+# pip's notes on file:// index entries, on --no-deps installs and on uninstalling what is absent:
+# noise here
 PIP_NOISE = ('is ignored: it is neither a file nor a directory', 'dependency resolver does not',
-             'dependency conflicts', 'which is not installed')
+             'dependency conflicts', 'which is not installed', 'as it is not installed')
 Log = Callable[[str], None]
 NOT_SHIPPED = ('image', 'build')  # sets of a list never shipped: the machine's own, the build's
 TARGET_KEYS = ('python', 'arch', 'platforms', 'build', 'read', 'max-set-mib')

@@ -20,7 +20,8 @@ from typing import List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmcv_build  # noqa: E402
-from python_env import cache_dir, find_python, is_fresh, pip, python_version, wanted_python  # noqa: E402
+from python_env import (cache_dir, find_python, is_fresh, pip, python_version,  # noqa: E402
+                        wanted_python, wheel_sets)
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = {'pinned': 'requirements/dev.txt', 'oldest': 'requirements/oldest.txt',
@@ -78,7 +79,7 @@ def setup(stack: str, venv: Path) -> None:
     pip(py, 'install', '-q', *base)
     try:
         log(mmcv_build.ensure_mmcv(py, pin, cache_dir('mmcv'), base=base, log=log,
-                                   find_links=(ROOT / '.whl' / 'core', ROOT / '.whl')))
+                                   find_links=(*wheel_sets(ROOT / '.whl'), ROOT / '.whl')))
     except RuntimeError as e:
         raise SystemExit(f'[setup_env] error: {e}')
     pip(py, 'install', '-q', '-r', str(reqs_path))
