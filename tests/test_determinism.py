@@ -108,7 +108,7 @@ def test_the_demo_asks_determinism_on_cpu_only():
     no CUDA device (bitwise reproducible) and False where there is one (seeded only)."""
     lines = _commands('tools/demo.sh')
     (probe,) = [line for line in lines if line.startswith('deterministic=')]
-    code = re.fullmatch(r'deterministic=\$\("\$py" -c \'(.*)\'\)', probe).group(1)
+    code = re.fullmatch(r'deterministic=\$\("\$PY" -c \'(.*)\'\)', probe).group(1)
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(not torch.cuda.is_available())
     runs = [line for line in lines if re.search(r'tools/(train|test)\.py', line)]

@@ -185,7 +185,8 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
 
 def test_install_uses_carried_sets_else_the_mmcv_recipe(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(gpu_check.mmcv_build, 'pip_install', lambda py, *a: calls.append(a))
+    # pip install -q ARGS: the ARGS recorded
+    monkeypatch.setattr(gpu_check.python_env, 'pip', lambda py, *a: calls.append(a[2:]))
     monkeypatch.setattr(gpu_check.mmcv_build, 'ensure_mmcv',
                         lambda py, pin, cache, log: calls.append(('ensure', pin.spec)) or 'built')
     monkeypatch.setattr(gpu_check, 'ROOT', tmp_path)

@@ -1,6 +1,7 @@
 """tools/build_gpu_wheels.py (run by tools/build_gpu_wheels.sh): its help, its plan (cache key,
-CUDA_HOME from nvcc), its wheel list, and the pure parts of the build and the rehearsal (the list's
-sets, matching downloads, the manifest, the strip step, the import and training checks).
+CUDA_HOME from nvcc), its wheel list and the machine's facts in it, and the pure parts of the build
+and the rehearsal (the list's sets, matching downloads, the manifest, the strip step, the import
+and training checks).
 
 Nothing here downloads or compiles: the plan is printed before any of that, with a stand-in nvcc.
 """
@@ -21,8 +22,7 @@ SCRIPT = ROOT / 'tools' / 'build_gpu_wheels.sh'
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
 sys.path.insert(0, str(ROOT / 'tools'))
 import build_gpu_wheels  # noqa: E402
-import gpu_rehearsal  # noqa: E402
-import gpu_wheel_set  # noqa: E402
+import python_env  # noqa: E402
 
 
 def run(*args, env=None):
@@ -56,7 +56,7 @@ def test_help_names_every_option_and_env_var():
     result = run('--help')
     assert result.returncode == 0, result.stderr
     for word in ('--out', '--cache', '--rebuild', '--rehearse', '--rehearse-only', '--print-plan',
-                 'PYTHON312', 'TORCH_CUDA_ARCH_LIST', 'MAX_JOBS', 'NVCC', 'MMVIT_GPU_BUILD_CACHE',
+                 'TARGET_PYTHON', 'TORCH_CUDA_ARCH_LIST', 'MAX_JOBS', 'NVCC', 'MMVIT_GPU_BUILD_CACHE',
                  'XDG_CACHE_HOME'):
         assert word in result.stdout, word
     # every option the parser accepts is in the help
@@ -66,9 +66,10 @@ def test_help_names_every_option_and_env_var():
 
 
 def test_shell_only_bootstraps():
-    """The bash entry point holds no logic: a few lines that exec the Python module."""
+    """The bash entry point holds no logic: the interpreter rule (tests/test_setup_env.py), then
+    exec of the Python module."""
     lines = [ln for ln in SCRIPT.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith('#')]
-    assert len(lines) <= 4 and lines[-1].startswith('exec ') and 'build_gpu_wheels.py' in lines[-1], lines
+    assert len(lines) <= 5 and lines[-1].startswith('exec ') and 'build_gpu_wheels.py' in lines[-1], lines
 
 
 def test_unknown_option_is_refused():
@@ -156,6 +157,21 @@ def test_ext_info_loads_the_extension_without_mmcv_itself():
     assert out.stdout.split() == ['mmcv._ext', 'True', 'False']
 
 
+def test_the_machine_is_the_lists_data_not_code():
+    """The target machine's facts (Python, archs, platforms, pins of the build venv, the most a
+    set may hold) are the list's ``@`` lines; no tool spells them."""
+    target = python_env.read_target(LIST.read_text())
+    assert target['python'] == ['3.12'] and target['arch'] == ['9.0'] and target['max-set-mib'] == ['60']
+    assert target['build'] == ['numpy>=2,<3'] and 'manylinux_2_28_x86_64' in target['platforms']
+    assert not any(e.name.startswith('@') for e in python_env.read_list(LIST.read_text()))
+    with pytest.raises(KeyError, match='names no @arch'):
+        python_env.read_target('@python 3.12\n@platforms any\n@build x\n@read y\n@max-set-mib 1\n')
+    for path in sorted((ROOT / 'tools').glob('*.py')):
+        text = path.read_text()
+        for fact in ("'3.12'", "'9.0'", '2026-11-17', '60 MiB', 'manylinux'):
+            assert fact not in text, (path.name, fact)
+
+
 def test_list_parses_into_sets():
     text = ('# comment mmcv==9 core\n'
             'torch==2.11.0 image\n'
@@ -165,18 +181,18 @@ def test_list_parses_into_sets():
             'big-pkg==1.0 extra   # a trailing comment\n'
             'addict==2.4.0 core\n'
             'loose==0.1\n')
-    entries = gpu_wheel_set.read_list(text)
+    entries = python_env.read_list(text)
     assert [e.spec for e in entries] == ['torch==2.11.0', 'mmcv==2.1.0', 'ninja==1.11', 'big-pkg==1.0',
                                          'addict==2.4.0', 'loose==0.1']
     assert entries[-1].set == ''
-    assert gpu_wheel_set.shipped_sets(entries) == ['core', 'extra']  # first-seen order, no image / build
-    assert gpu_wheel_set.specs_of(entries, 'core') == ['mmcv==2.1.0', 'addict==2.4.0']
-    assert gpu_wheel_set.pinned(entries, 'Torch') == '2.11.0'
+    assert python_env.shipped_sets(entries) == ['core', 'extra']  # first-seen order, no image / build
+    assert python_env.specs_of(entries, 'core') == ['mmcv==2.1.0', 'addict==2.4.0']
+    assert python_env.pinned(entries, 'Torch') == '2.11.0'
     with pytest.raises(KeyError, match='pins no mmdet'):
-        gpu_wheel_set.pinned(entries, 'mmdet')
-    real = gpu_wheel_set.read_list(LIST.read_text())
-    assert gpu_wheel_set.shipped_sets(real) == ['core']
-    core = gpu_wheel_set.specs_of(real, 'core')
+        python_env.pinned(entries, 'mmdet')
+    real = python_env.read_list(LIST.read_text())
+    assert python_env.shipped_sets(real) == ['core']
+    core = python_env.specs_of(real, 'core')
     assert len(core) == len(re.findall(r'^\S+==\S+ core$', LIST.read_text(), re.M)) and 'mmcv==2.1.0' in core
 
 
@@ -184,26 +200,25 @@ def test_downloaded_wheels_are_matched_to_their_pins(tmp_path):
     for name in ('importlib_metadata-10.2.0-py3-none-any.whl', 'importlib_metadata-10.1.0-py3-none-any.whl',
                  'Shapely-2.2.0-cp312-cp312-manylinux_2_28_x86_64.whl', 'mmcv_full-2.1.0-py3-none-any.whl'):
         (tmp_path / name).write_bytes(b'')
-    find = gpu_wheel_set.find_wheel_file
-    hit = find(tmp_path, gpu_wheel_set.Entry('importlib-metadata', '10.2.0', 'core'))
+    find = python_env.find_wheel
+    hit = find(tmp_path, 'importlib-metadata', '10.2.0')
     assert hit.name == 'importlib_metadata-10.2.0-py3-none-any.whl'
-    shapely = gpu_wheel_set.Entry('shapely', '2.2.0', 'core')
-    assert find(tmp_path, shapely).name.startswith('Shapely-2.2.0-cp312')
-    assert find(tmp_path, shapely, pure_only=True) is None  # a built fallback must be py3-none-any
-    assert find(tmp_path, gpu_wheel_set.Entry('mmcv', '2.1.0', 'core')) is None
+    assert find(tmp_path, 'shapely', '2.2.0').name.startswith('Shapely-2.2.0-cp312')
+    assert find(tmp_path, 'shapely', '2.2.0', pure_only=True) is None  # a built fallback must be py3-none-any
+    assert find(tmp_path, 'mmcv', '2.1.0') is None
 
 
 def test_requirements_and_manifest_of_dummy_wheels(tmp_path):
-    entries = gpu_wheel_set.read_list('a==1 core\nb==2 core\nc==3 extra\ntorch==2 image\n')
+    entries = python_env.read_list('a==1 core\nb==2 core\nc==3 extra\ntorch==2 image\n')
     wheels = {'core/a-1-py3-none-any.whl': b'x' * 1000, 'core/b-2-py3-none-any.whl': b'y' * 48576,
               'extra/c-3-py3-none-any.whl': b'z' * 1048576}
     for rel, data in wheels.items():
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_bytes(data)
-    gpu_wheel_set.write_requirements(tmp_path, entries, ['core', 'extra'])
+    python_env.write_requirements(tmp_path, entries, ['core', 'extra'])
     assert (tmp_path / 'core' / 'requirements.txt').read_text() == 'a==1\nb==2\n'
     assert (tmp_path / 'requirements.txt').read_text() == 'a==1\nb==2\nc==3\n'
-    text = gpu_wheel_set.write_manifest(tmp_path, ['core', 'extra'], ['GPU wheel set: test'])
+    text = python_env.write_manifest(tmp_path, ['core', 'extra'], ['GPU wheel set: test'])
     assert text == (tmp_path / 'MANIFEST.txt').read_text()
     lines = text.splitlines()
     assert lines[0] == '# GPU wheel set: test'
@@ -222,7 +237,7 @@ def test_pip_noise_is_dropped():
     stderr = ('WARNING: Location \'file:///x\' is ignored: it is neither a file nor a directory.\n'
               "ERROR: pip's dependency resolver does not currently take into account ...\n"
               'ERROR: No matching distribution found for mmcv==9\n')
-    assert gpu_wheel_set.without_pip_noise(stderr) == 'ERROR: No matching distribution found for mmcv==9\n'
+    assert python_env.without_pip_noise(stderr) == 'ERROR: No matching distribution found for mmcv==9\n'
 
 
 def test_import_check_reports_every_failure():
@@ -232,35 +247,35 @@ def test_import_check_reports_every_failure():
         if name == 'mmdet.models':
             raise RuntimeError('transformers 5')
     modules = ('cv2', 'mmcv._ext', 'mmdet.models', 'mmvit_ext')
-    failures = gpu_rehearsal.import_failures(modules, fake_import)
+    failures = build_gpu_wheels.import_failures(modules, fake_import)
     assert failures == ['mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
                         'mmdet.models: RuntimeError: transformers 5']
-    assert gpu_rehearsal.imports_report(modules, failures).splitlines() == [
+    assert build_gpu_wheels.imports_report(modules, failures).splitlines() == [
         'REHEARSE imports 2/4 ok',
         '  mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
         '  mmdet.models: RuntimeError: transformers 5']
-    assert gpu_rehearsal.imports_report(modules, []) == 'REHEARSE imports 4/4 ok'
-    real = gpu_rehearsal.import_failures(['json', 'no_such_module_here'])
+    assert build_gpu_wheels.imports_report(modules, []) == 'REHEARSE imports 4/4 ok'
+    real = build_gpu_wheels.import_failures(['json', 'no_such_module_here'])
     assert len(real) == 1 and real[0].startswith('no_such_module_here: ModuleNotFoundError')
 
 
 def test_upernet_check_wants_two_finite_losses_and_one_miou(tmp_path):
     rows = [{'loss': 3.14159, 'iter': 1}, {'loss': 2.5, 'iter': 2}, {'mIoU': 0.5, 'step': 2}]
-    line, ok = gpu_rehearsal.upernet_verdict(rows)
+    line, ok = build_gpu_wheels.upernet_verdict(rows)
     assert ok and line == 'REHEARSE UperNet Swin-T 2 iterations, losses [3.142, 2.5], val mIoU [0.5]: ok'
-    assert not gpu_rehearsal.upernet_verdict([{'loss': float('nan')}, *rows[1:]])[1]
-    assert not gpu_rehearsal.upernet_verdict(rows[:2])[1]  # no validation
+    assert not build_gpu_wheels.upernet_verdict([{'loss': float('nan')}, *rows[1:]])[1]
+    assert not build_gpu_wheels.upernet_verdict(rows[:2])[1]  # no validation
     log = tmp_path / '20261126_000000' / 'vis_data' / 'scalars.json'
     log.parent.mkdir(parents=True)
     log.write_text(''.join(f'{__import__("json").dumps(r)}\n' for r in rows))
-    assert gpu_rehearsal.check_upernet_log(tmp_path) == 0
-    assert gpu_rehearsal.check_upernet_log(tmp_path / 'missing') == 1
+    assert build_gpu_wheels.check_upernet_log(tmp_path) == 0
+    assert build_gpu_wheels.check_upernet_log(tmp_path / 'missing') == 1
 
 
 def test_gpu_check_report_rows():
     report = ('# GPU check\n| backbone | ms |\n|---|---|\n| step | status |\n| pvt_v2_b0 | 12.5 |\n'
               '| ops | ok |\nplain text\n')
-    assert gpu_rehearsal.gpu_check_rows(report) == ['| pvt_v2_b0 | 12.5 |', '| ops | ok |']
+    assert build_gpu_wheels.gpu_check_rows(report) == ['| pvt_v2_b0 | 12.5 |', '| ops | ok |']
 
 
 @pytest.mark.skipif(not shutil.which('strip'), reason='needs binutils strip')

@@ -33,6 +33,7 @@ from mmvit_ext.utils import env_check
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools'))
 import mmcv_build  # noqa: E402
+import python_env  # noqa: E402
 import setup_env  # noqa: E402
 
 PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
@@ -142,7 +143,7 @@ def _stack_facts(stack: str):
 
 def _new_venv(stack: str, where: Path) -> Path:
     _, text, _ = _stack_facts(stack)
-    python = setup_env.find_python(setup_env.wanted_python(text), log=print)
+    python = python_env.find_python(python_env.wanted_python(text), log=print)
     subprocess.run([python, '-m', 'venv', str(where)], check=True)
     return where / 'bin' / 'python'
 
@@ -154,7 +155,7 @@ def _env(venv_python: Path, stack: str) -> dict:
     python = '%s.%s' % tuple(subprocess.run(
         [str(venv_python), '-c', 'import sys; print(*sys.version_info[:2])'],
         capture_output=True, text=True, check=True).stdout.split())
-    cache = mmcv_build.cache_root() / mmcv_build.cache_key(pin, pins['torch'], python)
+    cache = python_env.cache_dir('mmcv') / mmcv_build.cache_key(pin, pins['torch'], python)
     env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTHON', 'PIP_'))}
     env.update(VIRTUAL_ENV=str(venv_python.parent.parent), PIP_CONSTRAINT=str(path),
                PATH=f'{venv_python.parent}{os.pathsep}{os.environ["PATH"]}',

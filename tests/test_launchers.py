@@ -1,6 +1,8 @@
-"""tools/{dist,slurm}_{train,test}.sh: usage on missing arguments, the venv's python, srun's form."""
+"""tools/{dist,slurm}_{train,test}.sh (tools/launch.py): usage on missing arguments, the venv's
+python, torchrun's and srun's form."""
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,7 @@ def test_slurm_scripts_call_srun_in_the_openmmlab_form(tmp_path):
     env.pop('PYTHON', None)
     venv_python = ROOT / '.venv/bin/python'
     if not venv_python.exists():  # a worktree without its own venv: the override is used
-        env['PYTHON'] = str(_fake_bin(tmp_path, 'python').parent / 'bin' / 'python')
+        env['PYTHON'] = sys.executable
     for script, tool, fourth in (('slurm_train.sh', 'train.py', 'work_dirs/x'),
                                  ('slurm_test.sh', 'test.py', 'x.pth')):
         result = _bash(script, 'gpu', 'job', 'configs/mask_rcnn_pvtv2_b2.py', fourth, '--amp',
@@ -60,12 +62,17 @@ def test_dist_scripts_run_the_venv_python_or_say_how_to_get_it(tmp_path):
     env = {**os.environ, 'PYTHON': str(tmp_path / 'missing/python')}
     result = _bash('dist_train.sh', 'configs/mask_rcnn_pvtv2_b2.py', '2', env=env)
     assert result.returncode == 2 and 'tools/setup_env.sh' in result.stderr
-    env.pop('PYTHON')
-    record = _fake_bin(tmp_path, 'python')
-    env['PYTHON'] = str(tmp_path / 'bin/python')
+    # a stand-in torch.distributed.run that records the interpreter's whole command line
+    record = tmp_path / 'run.args'
+    (tmp_path / 'torch' / 'distributed').mkdir(parents=True)
+    (tmp_path / 'torch' / '__init__.py').write_text('')
+    (tmp_path / 'torch' / 'distributed' / '__init__.py').write_text('')
+    (tmp_path / 'torch' / 'distributed' / 'run.py').write_text(
+        f'import sys; open({str(record)!r}, "w").write("\\n".join(sys.orig_argv))\n')
+    env.update(PYTHON=sys.executable, PYTHONPATH=str(tmp_path))
     assert _bash('dist_test.sh', 'c.py', 'w.pth', '2', env=env).returncode == 0
     args = record.read_text().splitlines()
     assert args[1:3] == ['-m', 'torch.distributed.run'] and '--nproc_per_node=2' in args
     assert args[-5:] == [str(ROOT / 'tools/test.py'), 'c.py', 'w.pth', '--launcher', 'pytorch']
-    text = (ROOT / 'tools/venv_python.sh').read_text()
+    text = (ROOT / 'tools/dist_test.sh').read_text()
     assert '$ROOT/.venv/bin/python' in text  # the default when PYTHON is not set

@@ -1,6 +1,7 @@
-"""tools/setup_env.py, tools/mmcv_build.py and tools/stack_tests.py: the decisions of the set-up
-(which stack and Python, which mmcv and build tools, the cache key, the build's environment, the
-stamp) and the bootstraps' shape. Nothing here installs, downloads or compiles."""
+"""tools/setup_env.py, tools/mmcv_build.py, tools/python_env.py and tools/stack_tests.py: the
+decisions of the set-up (which stack and Python, which mmcv and build tools, the cache key, the
+build's environment, the stamp) and the shape of tools/: small bootstraps with one interpreter
+rule, one helper module. Nothing here installs, downloads or compiles."""
 import os
 import re
 import stat
@@ -13,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools'))
 import mmcv_build  # noqa: E402
+import python_env  # noqa: E402
 import setup_env  # noqa: E402
 import stack_tests  # noqa: E402
 
@@ -29,9 +31,9 @@ def test_each_stack_names_its_mmcv_build_tools_and_python():
     assert oldest.build_tools == ('setuptools<70', 'wheel', 'ninja')
     assert newest.spec == 'onedl-mmcv==2.3.6' and newest.wheel_prefix == 'onedl_mmcv-2.3.6'
     assert 'setuptools>=80' in newest.build_tools and 'ninja' in newest.build_tools
-    assert setup_env.wanted_python(REQS['pinned']) == '3.11'
-    assert setup_env.wanted_python(REQS['oldest']) == '3.9'
-    assert setup_env.wanted_python(REQS['newest']) == '3.12'
+    assert python_env.wanted_python(REQS['pinned']) == '3.11'
+    assert python_env.wanted_python(REQS['oldest']) == '3.9'
+    assert python_env.wanted_python(REQS['newest']) == '3.12'
     for stack, text in REQS.items():  # torch first: mmcv's ops compile against these pins
         base = setup_env.base_pins(text)
         assert [re.split(r'[=<>]', b)[0] for b in base] == ['torch', 'torchvision', 'numpy'], stack
@@ -91,27 +93,28 @@ def test_ensure_mmcv_does_nothing_where_the_ops_run(tmp_path):
 def test_find_wheel_matches_the_pinned_dist_and_version(tmp_path):
     for name in ('onedl_mmcv-2.3.6-cp312-cp312-linux_x86_64.whl', 'mmcv-2.1.0-cp311-cp311-linux_x86_64.whl'):
         (tmp_path / name).touch()
-    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('onedl-mmcv', '2.3.6', ())).name.startswith('onedl_mmcv')
-    assert mmcv_build.find_wheel(tmp_path, PIN).name.startswith('mmcv-2.1.0')
-    assert mmcv_build.find_wheel(tmp_path, mmcv_build.MmcvPin('mmcv', '2.2.0', ())) is None
+    assert mmcv_build.MmcvPin('onedl-mmcv', '2.3.6', ()).wheel_in(tmp_path).name.startswith('onedl_mmcv')
+    assert PIN.wheel_in(tmp_path).name.startswith('mmcv-2.1.0')
+    assert mmcv_build.MmcvPin('mmcv', '2.2.0', ()).wheel_in(tmp_path) is None
 
 
 def test_stamp_covers_the_requirements_and_the_setup_code():
     stamp = setup_env.stamp_of(ROOT / 'requirements' / 'dev.txt')
     assert stamp != setup_env.stamp_of(ROOT / 'requirements' / 'newest.txt')
-    assert set(setup_env.STAMPED) == {'setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py'}
+    assert set(setup_env.STAMPED) == {'setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py',
+                                      'tools/python_env.py'}
 
 
 def test_find_python_prefers_PYTHON_then_the_asked_version(tmp_path):
-    assert setup_env.find_python('3.12', env={'PYTHON': '/x/python'}) == '/x/python'
-    assert setup_env.find_python(None, env={}) in (sys.executable, __import__('shutil').which('python3'))
+    assert python_env.find_python('3.12', env={'PYTHON': '/x/python'}) == '/x/python'
+    assert python_env.find_python(None, env={}) in (sys.executable, __import__('shutil').which('python3'))
     said = []
-    found = setup_env.find_python('2.1', env={'PYENV_ROOT': str(tmp_path), 'PATH': os.environ['PATH']},
+    found = python_env.find_python('2.1', env={'PYENV_ROOT': str(tmp_path), 'PATH': os.environ['PATH']},
                                   log=said.append)
     assert found == __import__('shutil').which('python3') and len(said) == 1
     assert 'Python 2.1' in said[0] and found in said[0]
     here = '%d.%d' % sys.version_info[:2]
-    assert setup_env.python_version(setup_env.find_python(here, env=dict(os.environ, PYTHON=''))) == here
+    assert python_env.python_version(python_env.find_python(here, env=dict(os.environ, PYTHON=''))) == here
 
 
 def test_stack_tests_run_the_core_and_the_newest_adds_the_rest():
@@ -124,12 +127,25 @@ def test_stack_tests_run_the_core_and_the_newest_adds_the_rest():
         assert (ROOT / node.split('::')[0]).is_file(), node
 
 
-@pytest.mark.parametrize('script', ['setup_env.sh', 'test_stack.sh', 'test_oldest.sh'])
+# the one interpreter rule, written alike in every tools/*.sh: $PYTHON, else the repository's
+# .venv/bin/python if it exists, else python3 (scripts that run before .venv exists use it too)
+RULE = ('ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"',
+        'PY="${PYTHON:-$([[ -x $ROOT/.venv/bin/python ]] && echo "$ROOT/.venv/bin/python" || echo python3)}"',
+        'command -v "$PY" >/dev/null || { echo "no python at $PY: run tools/setup_env.sh, or set PYTHON" >&2; exit 2; }')
+# README's documented demo commands: a sequence of steps a reader follows in the script itself
+DEMOS = ('demo.sh', 'seg_demo.sh')
+
+
+@pytest.mark.parametrize('script', sorted(p.name for p in (ROOT / 'tools').glob('*.sh')))
 def test_shell_only_bootstraps(script):
-    """The bash entry points hold no logic: a few lines that exec the Python module."""
+    """Each bash entry point picks the interpreter by the one rule and execs a Python module, in
+    at most 8 lines; the two demos are the README's commands, steps a reader follows, kept whole."""
     lines = [ln for ln in (ROOT / 'tools' / script).read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith('#')]
-    assert len(lines) <= 4 and lines[-1].startswith('exec '), lines
+    assert [ln for ln in lines if ln in RULE] == list(RULE), script
+    assert not [ln for ln in lines if re.search(r'python3|\.venv', ln) and ln not in RULE], script
+    if script not in DEMOS:
+        assert len(lines) <= 8 and lines[-1].startswith('exec "$PY" "$ROOT/tools/'), lines
 
 
 def test_bash_under_tools_and_ci_stays_small():
@@ -138,6 +154,36 @@ def test_bash_under_tools_and_ci_stays_small():
     assert total <= 250, total
     for path in scripts:  # no Python fed to an interpreter through a heredoc
         assert not re.search(r'python\S*"? +- *<<', path.read_text()), path
+
+
+# top-level tools/*.py: what a user runs plus one helper module (issue #55 asks at most 1,600)
+TOOLS_LINES_GOAL, TOOLS_LINES_NOW = 1600, 2310
+
+
+def _tools_lines() -> int:
+    return sum(len(p.read_text().splitlines()) for p in (ROOT / 'tools').glob('*.py'))
+
+
+def test_one_helper_module_for_pip_wheels_caches_and_the_interpreter():
+    """pip, wheel files, the cache, the core count, the interpreter and the freshness stamp are
+    python_env's alone; no file over ~500 lines."""
+    for path in sorted((ROOT / 'tools').glob('*.py')):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 530, path.name
+        if path.name != 'python_env.py':
+            assert not re.search(r"'-m', 'pip'|def (pip|find_wheel|cpu_count|find_python|cache_dir|"
+                                 r"is_fresh)\b|sched_getaffinity|XDG_CACHE_HOME'\)", text), path.name
+
+
+def test_tools_lines_do_not_grow():
+    """A ratchet: lower TOOLS_LINES_NOW as code goes, never raise it."""
+    assert _tools_lines() <= TOOLS_LINES_NOW, _tools_lines()
+
+
+@pytest.mark.xfail(strict=True, reason='top-level tools/*.py is still above the 1,600 lines issue #55 '
+                   'asks; the rest needs features dropped (the rehearsal\'s extra checks, ...)')
+def test_tools_lines_within_the_goal():
+    assert _tools_lines() <= TOOLS_LINES_GOAL, _tools_lines()
 
 
 def test_help_of_the_bootstraps():
@@ -192,7 +238,7 @@ def test_readme_stacks_table_is_the_requirements_files():
         text = REQS[stack]
         pins = dict(re.findall(r'^([\w.-]+)(?:==|>=)(\S+)', text, re.M))
         python, torch, numpy = (v.strip() for v in versions.split(','))
-        assert python == setup_env.wanted_python(text), stack
+        assert python == python_env.wanted_python(text), stack
         for name, shown in (('torch', torch), ('numpy', numpy)):
             assert (pins[name] + '.').startswith(shown + '.'), (stack, name, shown, pins[name])
         if packages == 'as pinned':

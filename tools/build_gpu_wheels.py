@@ -1,20 +1,24 @@
-"""Build, on a CPU machine with nvcc, the offline wheel set for the GPU test machine into .whl/.
+"""Build, on a CPU machine with nvcc, the offline wheel set of a machine without a package index
+into .whl/: the list and the machine's facts (Python, CUDA archs, platforms, the most a set may
+hold) are tools/gpu_wheels.txt's.
 
-The GPU machine runs CPython 3.12 and torch 2.11.0+cu130 and has no package index. This builds:
-  - mmcv (pinned in tools/gpu_wheels.txt) compiled with CUDA ops by tools/mmcv_build.py in a cached
-    py3.12 build venv, debug info stripped, the wheel cached by (mmcv, torch, CUDA, arch list);
-  - the cp312 / py3 wheels of tools/gpu_wheels.txt (what the image lacks), split into sets that
-    each fit one carry (.whl/<set>/, with requirements.txt);
-  - .whl/requirements.txt (all sets) and .whl/MANIFEST.txt (file, size, sha256, CUDA + arch).
---rehearse installs the sets with --no-index --no-deps into a fresh venv like the GPU image,
-checks the imports (tools/gpu_rehearsal.py) and runs tools/gpu_check.sh --device cpu and a
-2-iteration UperNet training with it. Run by ``bash tools/build_gpu_wheels.sh``; standard
-library only (it runs on the machine's python3).
+  - mmcv, pinned there, compiled with CUDA ops by tools/mmcv_build.py in a cached build venv of
+    the machine's Python, debug info stripped, the wheel cached by (mmcv, torch, CUDA, archs);
+  - the listed wheels the machine lacks, for its Python and platforms, one folder per set
+    (.whl/<set>/, with requirements.txt), each no larger than the list's @max-set-mib;
+  - .whl/requirements.txt (all sets) and .whl/MANIFEST.txt (file, size, sha256, CUDA + archs).
+--rehearse installs the sets with --no-index --no-deps into a fresh venv like the machine's (its
+"image" entries from PyPI), then checks the imports, what mmcv._ext holds, tools/gpu_check.sh
+--device cpu and a 2-iteration UperNet training there. Standard library only.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -22,27 +26,35 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_wheel_set as wheel_set  # noqa: E402
 import mmcv_build  # noqa: E402
-import setup_env  # noqa: E402
-from gpu_rehearsal import rehearse  # noqa: E402
-from gpu_wheel_set import pip  # noqa: E402
+from python_env import (Entry, cache_dir, cpu_count, find_python, find_wheel,  # noqa: E402
+                        install_wheel_sets, make_venv, mib, pinned, pip, python_version, read_list,
+                        read_target, shipped_sets, specs_of, write_manifest, write_requirements)
 
 ROOT = Path(__file__).resolve().parents[1]
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
-GPU_PYTHON = '3.12'  # the GPU image's
-BUILD_PINS = ('numpy>=2,<3',)
-# what mmengine imports that the image has and torch does not bring: for reading the built mmcv
-IMAGE_EXTRAS = ('pyyaml', 'pillow', 'packaging')
-PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux2014_x86_64', 'manylinux_2_17_x86_64',
-             'manylinux1_x86_64', 'any')
+MODULES = ('cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models',
+           'mmdet.evaluation', 'mmseg.models', 'mmseg.evaluation', 'pycocotools.cocoeval',
+           'mmvit_ext')
+SEG_CONFIG = 'configs/upernet_swin_t_512x512_160k_ade20k.py'
+# 2 iterations of 2 images at 128 x 128, no pretrained backbone, validation once at the end
+SEG_OPTIONS = ('model.backbone.init_cfg=None', 'model.data_preprocessor.size=(128,128)',
+               'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+               'train_dataloader.persistent_workers=False',
+               'train_dataloader.dataset.pipeline.2.scale=(512,128)',
+               'train_dataloader.dataset.pipeline.3.crop_size=(128,128)', 'train_cfg.max_iters=2',
+               'train_cfg.val_interval=100', 'default_hooks.logger.interval=1',
+               'default_hooks.checkpoint.interval=100', 'default_hooks.checkpoint.save_last=False')
+# a check of the rehearsal, run inside its venv: this module's function, mmvit_ext from the checkout
+IN_VENV = 'import sys; sys.path.append("tools"); import build_gpu_wheels as b; sys.exit(b.{}(*sys.argv[1:]))'
 EPILOG = """\
 environment:
-  PYTHON312             CPython 3.12 for the venvs (default: python3.12 on PATH, else pyenv's)
-  TORCH_CUDA_ARCH_LIST  CUDA archs compiled into mmcv (default: 9.0, H100 / H200)
+  TARGET_PYTHON         CPython of the list's @python for the venvs (default: pythonX.Y on PATH,
+                        else pyenv's)
+  TORCH_CUDA_ARCH_LIST  CUDA archs compiled into mmcv (default: the list's @arch)
   MAX_JOBS              parallel compile jobs (default: nproc)
   NVCC                  the nvcc to build with (default: nvcc on PATH); CUDA_HOME is its parent dir
   MMVIT_GPU_BUILD_CACHE the cache dir (see --cache)
@@ -57,9 +69,11 @@ def log(msg: str) -> None:
     print(f'[build_gpu_wheels {time.strftime("%H:%M:%S")}] {msg}', flush=True)
 
 
+# ---------------------------------------------------------------------------- the plan
+
 @dataclass
 class Plan:
-    """What a run builds and where: settings, toolkit, pins and the cache layout."""
+    """What a run builds and where: settings, toolkit, the list and the cache layout."""
 
     out: Path
     cache: Path
@@ -68,23 +82,28 @@ class Plan:
     nvcc: Optional[str]
     cuda: str                  # nvcc's release; 'none' without an nvcc
     cuda_root: Optional[str]
-    entries: List[wheel_set.Entry]
+    entries: List[Entry]
+    target: Dict[str, List[str]]
     rebuild: bool = False
 
     @property
     def pin(self) -> mmcv_build.MmcvPin:
         build_tools = mmcv_build.pin_from_requirements(
             (ROOT / 'requirements' / 'dev.txt').read_text()).build_tools
-        return mmcv_build.MmcvPin('mmcv', wheel_set.pinned(self.entries, 'mmcv'), build_tools)
+        return mmcv_build.MmcvPin('mmcv', pinned(self.entries, 'mmcv'), build_tools)
+
+    @property
+    def python(self) -> str:
+        return self.target['python'][0]
 
     @property
     def torch(self) -> str:
-        return wheel_set.pinned(self.entries, 'torch')
+        return pinned(self.entries, 'torch')
 
     @property
     def key(self) -> str:
         """``mmcv2.1.0-torch2.11.0-cu13.0-py312-sm9.0``: the mmcv wheel's cache key."""
-        return mmcv_build.cache_key(self.pin, self.torch, GPU_PYTHON, self.cuda, self.arch)
+        return mmcv_build.cache_key(self.pin, self.torch, self.python, self.cuda, self.arch)
 
     @property
     def mmcv_cache(self) -> Path:
@@ -104,16 +123,16 @@ class Plan:
 
     @property
     def sets(self) -> List[str]:
-        return wheel_set.shipped_sets(self.entries)
+        return shipped_sets(self.entries)
 
     def build_specs(self) -> List[str]:
-        """What the build venv holds: the pinned torch, numpy 2 and mmcv's build tools."""
-        return [f'torch=={self.torch}', *BUILD_PINS, *self.pin.build_tools]
+        """What the build venv holds: the pinned torch, the list's @build pins, mmcv's build tools."""
+        return [f'torch=={self.torch}', *self.target['build'], *self.pin.build_tools]
 
     def lines(self) -> List[str]:
         """The ``--print-plan`` report."""
         return [f'mmcv {self.pin.version}, torch {self.torch}, '
-                f'torchvision {wheel_set.pinned(self.entries, "torchvision")}',
+                f'torchvision {pinned(self.entries, "torchvision")}, Python {self.python}',
                 f'nvcc: {self.nvcc or "none"} (CUDA {self.cuda}), CUDA_HOME: {self.cuda_root or "none"}',
                 f'TORCH_CUDA_ARCH_LIST: {self.arch}, MAX_JOBS: {self.jobs}',
                 f'cache key: {self.key}',
@@ -121,52 +140,32 @@ class Plan:
                 f'out: {self.out}, sets: {" ".join(self.sets)}']
 
 
-def default_cache(env: Mapping[str, str]) -> str:
-    """$MMVIT_GPU_BUILD_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/mmvit_ext/gpu_build."""
-    base = env.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
-    return env.get('MMVIT_GPU_BUILD_CACHE') or os.path.join(base, 'mmvit_ext', 'gpu_build')
-
-
-def cpu_count() -> int:
-    """The cores this process may use (nproc)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
-
-
 def make_plan(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> Plan:
-    """The plan of a run from its options and environment; paths absolute from the caller's cwd."""
+    """The plan of a run from its options, environment and list; paths absolute from the cwd."""
     nvcc = mmcv_build.nvcc_path(env)
     usable = bool(nvcc) and os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
+    text = LIST.read_text()
+    target = read_target(text)
+    cache = args.cache or env.get('MMVIT_GPU_BUILD_CACHE') or cache_dir('gpu_build', env)
     return Plan(out=Path(os.path.abspath(args.out or ROOT / '.whl')),
-                cache=Path(os.path.abspath(args.cache or default_cache(env))),
-                arch=env.get('TORCH_CUDA_ARCH_LIST') or '9.0',
+                cache=Path(os.path.abspath(cache)),
+                arch=env.get('TORCH_CUDA_ARCH_LIST') or target['arch'][0],
                 jobs=int(env.get('MAX_JOBS') or cpu_count()),
                 nvcc=nvcc or None,
                 cuda=mmcv_build.nvcc_release(nvcc) if usable else 'none',
                 cuda_root=mmcv_build.cuda_home(nvcc) if usable else None,
-                entries=wheel_set.read_list(LIST.read_text()),
-                rebuild=args.rebuild)
+                entries=read_list(text), target=target, rebuild=args.rebuild)
 
 
-def find_python312(env: Mapping[str, str] = os.environ) -> str:
-    """$PYTHON312, else python3.12 on the PATH, else pyenv's (setup_env's lookup)."""
-    try:
-        return setup_env.find_python('3.12', {**env, 'PYTHON': env.get('PYTHON312', '')})
-    except SystemExit:
-        raise BuildError('no CPython 3.12 found (set PYTHON312)') from None
+def target_python(version: str, env: Mapping[str, str] = os.environ) -> str:
+    """$TARGET_PYTHON, else python``version`` on the PATH, else pyenv's."""
+    python = find_python(version, {**env, 'PYTHON': env.get('TARGET_PYTHON', '')}, log=lambda m: None)
+    if python_version(python) != version:
+        raise BuildError(f'no CPython {version} found (set TARGET_PYTHON)')
+    return python
 
 
-def make_venv(python312: str, venv: Path, specs: Sequence[str]) -> Path:
-    """A py3.12 venv with ``specs`` installed, reused while they stay the same; its python."""
-    ready, wanted = venv / '.ready', ' '.join(specs)
-    if not (ready.is_file() and ready.read_text().strip() == wanted):
-        log(f'venv {venv}: {wanted}')
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([python312, '-m', 'venv', str(venv)], check=True)
-        pip(venv / 'bin' / 'python', 'install', '-q', '--upgrade', 'pip')
-        pip(venv / 'bin' / 'python', 'install', '-q', *specs)
-        ready.write_text(wanted + '\n')
-    return venv / 'bin' / 'python'
-
+# ---------------------------------------------------------------------------- the build
 
 def nvidia_includes(python: Path) -> List[str]:
     """The include dirs of the nvidia-* packages in ``python``'s venv: the toolkit may lack the
@@ -194,17 +193,15 @@ def strip_wheel(python: Path, wheel: Path, work: Path) -> Path:
     return next((work / 'stripped').glob('*.whl'))
 
 
-def build_mmcv(plan: Plan, python312: str) -> None:
-    """The stripped CUDA mmcv wheel for ``plan.key``, into ``plan.mmcv_cache``.
-
-    The unstripped wheel is kept per key until its stripped copy is cached, so a failure after
-    the (long) compile resumes from it; ``--rebuild`` compiles again."""
-    python = make_venv(python312, plan.build_venv, plan.build_specs())
+def build_mmcv(plan: Plan, python: Path) -> None:
+    """The stripped CUDA mmcv wheel for ``plan.key``, into ``plan.mmcv_cache``. The unstripped
+    wheel is kept until its stripped copy is cached, so a failure after the compile resumes
+    from it; ``--rebuild`` compiles again."""
     torch_cuda = str(mmcv_build.torch_info(str(python))['cuda'])
     if torch_cuda.split('.')[0] != plan.cuda.split('.')[0]:
         raise BuildError(f'torch {plan.torch} is built for CUDA {torch_cuda}, nvcc is {plan.cuda}')
     raw = plan.cache / 'mmcv-raw' / plan.key
-    if plan.rebuild or mmcv_build.find_wheel(raw, plan.pin) is None:
+    if plan.rebuild or plan.pin.wheel_in(raw) is None:
         log(f'compiling mmcv {plan.pin.version} (CUDA {plan.cuda}, torch CUDA {torch_cuda}, '
             f'arch {plan.arch}, {plan.jobs} jobs)')
         start = time.time()
@@ -212,85 +209,173 @@ def build_mmcv(plan: Plan, python312: str) -> None:
         env = mmcv_build.build_env(plan.jobs, plan.cuda_root, plan.arch,
                                    extra={'CPATH': os.pathsep.join(cpath)} if cpath else None)
         mmcv_build.build_wheel(str(python), plan.pin, raw, env, log)
-        seconds = round(time.time() - start)
-        (raw / 'build_seconds').write_text(f'{seconds}\n')
-        log(f'mmcv compiled in {seconds} s')
+        log(f'mmcv compiled in {time.time() - start:.0f} s')
     else:
-        seconds_file = raw / 'build_seconds'
-        took = seconds_file.read_text().strip() if seconds_file.is_file() else '?'
-        log(f'resuming from the compiled, unstripped wheel in {raw} (compiled in {took} s)')
+        log(f'resuming from the compiled, unstripped wheel in {raw}')
     work = plan.cache / 'mmcv-work'
-    stripped = strip_wheel(python, mmcv_build.find_wheel(raw, plan.pin), work)
+    stripped = strip_wheel(python, plan.pin.wheel_in(raw), work)
     shutil.rmtree(plan.mmcv_cache, ignore_errors=True)
     plan.mmcv_cache.mkdir(parents=True)
     shutil.move(str(stripped), str(plan.mmcv_cache / stripped.name))
-    if (raw / 'build_seconds').is_file():
-        shutil.copy(raw / 'build_seconds', plan.mmcv_cache / 'build_seconds')
     shutil.rmtree(work)
     shutil.rmtree(raw)
 
 
 def download_set(plan: Plan, python: Path, set_name: str) -> None:
-    """The pinned wheels of ``set_name`` (all but mmcv) for cp312 manylinux x86_64, into
-    ``out/<set>/``; a source-only pin (onedl-mmpretrain) as a pure-Python wheel built here."""
+    """The pinned wheels of ``set_name`` (all but mmcv) for the list's Python and platforms, into
+    ``out/<set>/``; a source-only pin as a pure-Python wheel built here."""
     entries = [e for e in plan.entries if e.set == set_name and e.name != 'mmcv']
     if not entries:
         return
-    platforms = [arg for p in PLATFORMS for arg in ('--platform', p)]
-    pip(python, 'download', '-q', '--no-deps', '--only-binary=:all:', '--python-version', GPU_PYTHON,
+    platforms = [arg for p in plan.target['platforms'] for arg in ('--platform', p)]
+    pip(python, 'download', '-q', '--no-deps', '--only-binary=:all:', '--python-version', plan.python,
         '--implementation', 'cp', *platforms, '-d', str(plan.downloads), *(e.spec for e in entries))
     for entry in entries:
-        wheel = wheel_set.find_wheel_file(plan.downloads, entry)
+        wheel = find_wheel(plan.downloads, entry.name, entry.version)
         if wheel is None:
             pip(python, 'wheel', '-q', '--no-deps', '-w', str(plan.downloads), entry.spec, check=False)
-            wheel = wheel_set.find_wheel_file(plan.downloads, entry, pure_only=True)
+            wheel = find_wheel(plan.downloads, entry.name, entry.version, pure_only=True)
         if wheel is None:
             raise BuildError(f'no wheel downloaded or built for {entry.spec}')
         shutil.copy(wheel, plan.out / set_name)
+    size, most = sum(w.stat().st_size for w in (plan.out / set_name).glob('*.whl')), plan.target['max-set-mib'][0]
+    if size > float(most) * 2**20:
+        raise BuildError(f'set {set_name} holds {mib(size)}, more than the list\'s @max-set-mib {most}')
 
 
-def write_manifest(plan: Plan, python: Path) -> str:
-    """The requirements files and MANIFEST.txt, with what mmcv._ext holds (read through mmcv.ops,
-    which needs torch: the build venv's)."""
-    wheel_set.write_requirements(plan.out, plan.entries, plan.sets)
-    ext = subprocess.run([str(python), str(ROOT / 'tools' / 'mmcv_ext_info.py'), '--expect-cuda',
-                          plan.cuda, '--expect-arch', plan.arch],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    info = ext.stdout.strip()
-    if ext.returncode:
-        raise BuildError(info or 'mmcv._ext unreadable')
-    now = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
-    return wheel_set.write_manifest(plan.out, plan.sets, [
-        f'GPU wheel set: {now}, built by tools/build_gpu_wheels.py',
-        f'{info} (get_compiling_cuda_version; kernels read from the fatbinary)',
-        f'built with TORCH_CUDA_ARCH_LIST={plan.arch}, torch {plan.torch}, nvcc {plan.cuda}; '
-        f'cache key {plan.key}'])
-
-
-def build(plan: Plan, python312: str) -> None:
-    """mmcv (cached or compiled), every set downloaded into ``plan.out``, the manifest."""
+def build(plan: Plan, python: Path) -> None:
+    """mmcv (cached or compiled), every set downloaded into ``plan.out``, the manifest with what
+    mmcv._ext holds (read through mmcv.ops, so the build venv gets each set too)."""
     start = time.time()
-    if plan.rebuild or mmcv_build.find_wheel(plan.mmcv_cache, plan.pin) is None:
-        build_mmcv(plan, python312)
+    if plan.rebuild or plan.pin.wheel_in(plan.mmcv_cache) is None:
+        build_mmcv(plan, python)
     else:
         log(f'mmcv: cached wheel for {plan.key}')
-    python = make_venv(python312, plan.build_venv, plan.build_specs())
-    mmcv_wheel = mmcv_build.find_wheel(plan.mmcv_cache, plan.pin)
-    pip(python, 'install', '-q', *IMAGE_EXTRAS)
+    pip(python, 'install', '-q', *plan.target['read'])
     shutil.rmtree(plan.out, ignore_errors=True)
     for set_name in plan.sets:
         folder = plan.out / set_name
         folder.mkdir(parents=True)
-        download_set(plan, python, set_name)
         if any(e.name == 'mmcv' and e.set == set_name for e in plan.entries):
-            shutil.copy(mmcv_wheel, folder)
-        # the build venv gets the set too: write_manifest reads the CUDA version through mmcv.ops
+            shutil.copy(plan.pin.wheel_in(plan.mmcv_cache), folder)
+        download_set(plan, python, set_name)
         pip(python, 'install', '-q', '--no-index', '--no-deps', '--force-reinstall',
             *sorted(str(p) for p in folder.glob('*.whl')))
-    manifest = write_manifest(plan, python)
+    write_requirements(plan.out, plan.entries, plan.sets)
+    ext = subprocess.run([str(python), 'tools/mmcv_ext_info.py', '--expect-cuda', plan.cuda,
+                          '--expect-arch', plan.arch], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if ext.returncode:
+        raise BuildError(ext.stdout.strip() or 'mmcv._ext unreadable')
+    now = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    manifest = write_manifest(plan.out, plan.sets, [
+        f'wheel set: {now}, built by tools/build_gpu_wheels.py',
+        f'{ext.stdout.strip()} (get_compiling_cuda_version; kernels read from the fatbinary)',
+        f'built with TORCH_CUDA_ARCH_LIST={plan.arch}, torch {plan.torch}, nvcc {plan.cuda}; '
+        f'cache key {plan.key}'])
     log(f'wheel set in {plan.out} ({time.time() - start:.0f} s):')
     print(''.join(line + '\n' for line in manifest.splitlines() if line.startswith('##')), end='')
 
+
+# ---------------------------------------------------------------------------- the rehearsal
+
+def import_failures(modules: Sequence[str],
+                    import_module: Callable[[str], object] = importlib.import_module) -> List[str]:
+    """``'module: Error: message'`` for each module that fails to import (every one)."""
+    failures = []
+    for name in modules:
+        try:
+            import_module(name)
+        except Exception as e:  # any error on import is a failed import here
+            failures.append(f'{name}: {type(e).__name__}: {e}')
+    return failures
+
+
+def imports_report(modules: Sequence[str], failures: Sequence[str]) -> str:
+    """``REHEARSE imports 10/11 ok`` and an indented line per failure."""
+    head = f'REHEARSE imports {len(modules) - len(failures)}/{len(modules)} ok'
+    return '\n'.join([head, *(f'  {failure}' for failure in failures)])
+
+
+def check_imports() -> int:
+    """In the rehearsal venv: its versions and the import report; 1 if any module fails."""
+    sys.path[:] = [p for p in sys.path if Path(p or '.').resolve() != ROOT / 'tools']
+    import numpy
+    import torch
+    print(f'REHEARSE python {sys.version.split()[0]}, numpy {numpy.__version__}, '
+          f'torch {torch.__version__} (CUDA {torch.version.cuda})')
+    failures = import_failures(MODULES)
+    print(imports_report(MODULES, failures), flush=True)
+    return 1 if failures else 0
+
+
+def upernet_verdict(rows: Sequence[dict]) -> Tuple[str, bool]:
+    """From the rows of mmengine's ``scalars.json``: two finite losses and one val mIoU."""
+    losses = [row['loss'] for row in rows if 'loss' in row]
+    miou = [row['mIoU'] for row in rows if 'mIoU' in row]
+    ok = len(losses) == 2 and all(math.isfinite(v) for v in losses) and len(miou) == 1
+    line = (f'REHEARSE UperNet Swin-T 2 iterations, losses {[round(v, 3) for v in losses]}, '
+            f'val mIoU {miou}: {"ok" if ok else "FAILED"}')
+    return line, ok
+
+
+def check_upernet_log(run_dir: str) -> int:
+    """The verdict on the newest ``*/vis_data/scalars.json`` of ``run_dir``, printed."""
+    logs = sorted(Path(run_dir).glob('*/vis_data/scalars.json'))
+    if not logs:
+        print(f'REHEARSE UperNet Swin-T 2 iterations: FAILED (no scalars.json in {run_dir})')
+        return 1
+    line, ok = upernet_verdict([json.loads(ln) for ln in logs[-1].read_text().splitlines() if ln.strip()])
+    print(line)
+    return 0 if ok else 1
+
+
+def gpu_check_rows(report: str) -> List[str]:
+    """The result rows of tools/gpu_check.sh's markdown report (no header, rule or step rows)."""
+    return [line for line in report.splitlines()
+            if re.match(r'\| [^-s]', line) and not line.startswith('| backbone')]
+
+
+def rehearse(plan: Plan, python: Path) -> bool:
+    """The sets of ``plan.out`` afresh into ``python``'s venv (one like the machine's), then each
+    check in its own log: the imports, what mmcv._ext holds, ``tools/gpu_check.sh --device cpu``
+    and a 2-iteration UperNet training. True when all pass."""
+    logs, py = plan.cache / 'rehearse', str(python)
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    log(f'rehearse: fresh install of the set into {python.parent.parent} (--no-index --no-deps)')
+    names = [spec.split('==')[0] for spec in (plan.out / 'requirements.txt').read_text().split()]
+    pip(py, 'uninstall', '-q', '-y', *names, check=False)
+    install_wheel_sets(py, [plan.out / s for s in plan.sets], log=lambda msg: print(f'REHEARSE {msg}'))
+    ade, run_dir, report = logs / 'ade', logs / 'upernet', logs / 'gpu_check.md'
+    roots = [f'{part}_dataloader.dataset.data_root={ade}' for part in ('train', 'val', 'test')]
+    checks = {
+        'imports': [[py, '-c', IN_VENV.format('check_imports')]],
+        'mmcv._ext': [[py, 'tools/mmcv_ext_info.py', '--expect-cuda', plan.cuda, '--expect-arch', plan.arch]],
+        'gpu_check': [['bash', 'tools/gpu_check.sh', '--device', 'cpu', '--out', str(report)]],
+        'upernet': [[py, 'tools/make_ade_demo_data.py', '--out', str(ade), '--num-train', '2',
+                     '--num-val', '1', '--size', '128', '128'],
+                    [py, 'tools/train.py', SEG_CONFIG, '--work-dir', str(run_dir), '--cfg-options',
+                     *SEG_OPTIONS, *roots],
+                    [py, '-c', IN_VENV.format('check_upernet_log'), str(run_dir)]]}
+    paths = [str(ROOT), *filter(None, [os.environ.get('PYTHONPATH')])]
+    env = {**os.environ, 'PYTHON': py, 'PYTHONPATH': os.pathsep.join(paths)}
+    ok = True
+    for name, commands in checks.items():
+        start, path, code = time.time(), logs / f'{name}.log', 0
+        with open(path, 'w') as out:
+            for argv in commands:
+                code = code or subprocess.run(argv, cwd=ROOT, env=env, stdout=out,
+                                              stderr=subprocess.STDOUT).returncode
+        ok &= code == 0
+        lines = [ln for ln in path.read_text().splitlines() if ln.startswith(('REHEARSE', 'mmcv._ext:'))]
+        lines += gpu_check_rows(report.read_text()) if name == 'gpu_check' and report.is_file() else []
+        print(f'REHEARSE {name}: {"ok" if code == 0 else "FAILED"} ({time.time() - start:.0f} s, {path})')
+        print(''.join(f'REHEARSE   {line}\n' for line in lines), end='', flush=True)
+    print(f'REHEARSE {"ok" if ok else "FAILED"}', flush=True)
+    return ok
+
+
+# ---------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -304,9 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--rebuild', action='store_true',
                         help='compile mmcv again even if the cached wheel for this key exists')
     parser.add_argument('--rehearse', action='store_true',
-                        help='after building, install the set into a fresh venv simulating the GPU image '
-                        '(numpy 2 and the "image" entries of tools/gpu_wheels.txt from PyPI: torch, '
-                        'torchvision, timm, opencv, scipy, matplotlib, ...) with --no-index and check it')
+                        help='after building, install the set into a fresh venv like the machine '
+                        '(the list\'s @build pins and "image" entries from PyPI: torch, torchvision, '
+                        'timm, opencv, scipy, matplotlib, ...) with --no-index and check it')
     parser.add_argument('--rehearse-only', action='store_true',
                         help='rehearse the set already in --out, build nothing')
     parser.add_argument('--print-plan', action='store_true',
@@ -332,16 +417,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if plan.cuda == 'none':
         raise BuildError('nvcc not found (set NVCC)')
-    python312 = find_python312()
+    python = target_python(plan.python)
     plan.downloads.mkdir(parents=True, exist_ok=True)
     start = time.time()
     if not args.rehearse_only:
-        build(plan, python312)
+        build(plan, make_venv(python, plan.build_venv, plan.build_specs(), log=log))
     if args.rehearse or args.rehearse_only:
-        image_python = make_venv(python312, plan.image_venv,
-                                 [*BUILD_PINS, *wheel_set.specs_of(plan.entries, 'image')])
-        if not rehearse(image_python, plan.out, plan.sets, plan.cache / 'rehearse',
-                        expect=('--expect-cuda', plan.cuda, '--expect-arch', plan.arch), log=log):
+        image = make_venv(python, plan.image_venv, [*plan.target['build'], *specs_of(plan.entries, 'image')],
+                          log=log)
+        if not rehearse(plan, image):
             return 1
     log(f'done in {time.time() - start:.0f} s')
     return 0

@@ -1,5 +1,4 @@
-"""The GPU check in one call (run by ``bash tools/gpu_check.sh``; about 6 min on an H100 before
-the detector step was added, which is not yet timed on a GPU).
+"""The GPU check in one call (run by ``bash tools/gpu_check.sh``).
 
 Installs what is missing from carried wheels, then runs each step in its own process (a failure
 or an OOM costs only its own row) and writes one markdown table (--out, rewritten before every
@@ -27,7 +26,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmcv_build  # noqa: E402
-from gpu_check_table import escape, render_table, summary_of, table_row  # noqa: E402,F401
+import python_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = 'work_dirs/gpu_check/gpu_check.md'
@@ -248,8 +247,8 @@ STEPS: Dict[str, Step] = {
                      detector_rows),
     'ladder': Step('the Swin-L memory ladder, 800x1333, ours and mmdet at equal dtypes (memory_ladder.py)',
                    ladder_rows),
-    'compiled': Step('opt-in: bench again, every side torch.compile-d (9 inductor builds, not yet '
-                     'timed on a GPU; the CPU variant: aot_eager)',
+    'compiled': Step('opt-in: bench again, every side torch.compile-d (9 inductor builds; the '
+                     'CPU variant: aot_eager)',
                      partial(bench_rows, compiled=True), default=False),
 }
 
@@ -264,6 +263,43 @@ def parse_steps(text: str) -> List[str]:
 
 
 # ---------------------------------------------------------------------------- the table
+
+# a row's summary is its log's last lines of these kinds
+SUMMARY_LINE = re.compile(r'^(PROBE|CONTRACT|SUMMARY|GOAL|TRAIN)')
+OOM = re.compile(r'out of memory|OutOfMemoryError')
+
+
+def escape(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace('|', '\\|')
+
+
+def summary_of(log_text: str, returncode: int, log_name: str) -> str:
+    """A row's summary: the log's last 3 PROBE / CONTRACT / SUMMARY / GOAL / TRAIN lines; for a
+    failure, the exit status, the log's name, its last line and whether it ran out of memory."""
+    lines = log_text.splitlines()
+    summary = escape(' '.join([line for line in lines if SUMMARY_LINE.match(line)][-3:]))
+    if returncode == 0:
+        return summary
+    if OOM.search(log_text):
+        summary = f'OOM. {summary}'
+    last = escape(lines[-1][:300] if lines else '')
+    return f'FAILED (exit {returncode}, {log_name}): {last} {summary}'.rstrip()
+
+
+def table_row(name: str, returncode: int, summary: str, seconds: float) -> str:
+    return f'| {name} | {"ok" if returncode == 0 else "FAILED"} | {summary} | {int(seconds)} |'
+
+
+def render_table(device: str, desc: str, steps: str, seconds: float, rows: Sequence[str],
+                 status: str, ladder: Optional[str] = None, now: Optional[time.struct_time] = None) -> str:
+    """The whole markdown file: a header line, the rows so far, a status line, the ladder."""
+    stamp = time.strftime('%Y-%m-%d %H:%M UTC', now or time.gmtime())
+    lines = [f'# gpu_check ({device}): {stamp}, {desc}, steps {steps}, {int(seconds)} s', '',
+             '| step | result | summary | seconds |', '|---|---|---|---|', *rows, '', status]
+    text = '\n'.join(lines) + '\n'
+    return text + f'\n{ladder}' if ladder is not None else text
+
 
 def write_table(check: Check, status: str) -> None:
     ladder = check.logs / 'ladder.md'
@@ -357,21 +393,17 @@ def output_to(log: TextIO) -> Iterator[None]:
 
 def install_stack(python: str, logs: Path, log: Callable[[str], None] = print) -> None:
     """Only what is missing; torch and torchvision are the machine's own. The carried wheel sets
-    of tools/build_gpu_wheels.sh (complete, so --no-deps); without any, mmcv's ops through
-    mmcv_build (probed, built for the device, cached) and the pinned stack from PyPI."""
-    sets = sorted(ROOT.glob('.whl/*/requirements.txt'))
-    for requirements in sets:
-        log(f'[gpu_check] installing {requirements.parent}')
-        mmcv_build.pip_install(python, '--no-index', '--no-deps', '--find-links',
-                               str(requirements.parent), '-r', str(requirements))
+    of tools/build_gpu_wheels.sh; without any, mmcv's ops through mmcv_build (probed, built for
+    the device, cached) and the pinned stack from PyPI."""
+    sets = python_env.wheel_sets(ROOT / '.whl')
     if sets:
-        return
+        return python_env.install_wheel_sets(python, sets, log=lambda msg: log(f'[gpu_check] {msg}'))
     dev = (ROOT / 'requirements' / 'dev.txt').read_text()
-    cache = mmcv_build.cache_root()
+    cache = python_env.cache_dir('mmcv')
     log(mmcv_build.ensure_mmcv(python, mmcv_build.pin_from_requirements(dev), cache, log=log))
     requirements = logs / 'requirements.txt'
     requirements.write_text(requirements_without_torch(dev))
-    mmcv_build.pip_install(python, '-r', str(requirements))
+    python_env.pip(python, 'install', '-q', '-r', str(requirements))
 
 
 def install_action(check: Check) -> Callable[[TextIO], int]:
@@ -397,7 +429,7 @@ def in_virtualenv(python: str) -> bool:
 
 
 def describe(python: str, device: str) -> str:
-    """``'NVIDIA H200 | torch 2.11.0+cu130'``, or the last line of the error."""
+    """``'<device name> | torch <version>'``, or the last line of the error."""
     code = (f"import torch; print(torch.cuda.get_device_name() if '{device}' == 'cuda' else 'cpu', "
             "'| torch', torch.__version__)")
     out = subprocess.run([python, '-c', code], capture_output=True, text=True)

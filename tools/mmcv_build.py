@@ -1,11 +1,8 @@
-"""mmcv with its compiled ops: the one recipe that builds and installs it.
-
-Callers: ``tools/setup_env.py`` (every stack, CPU or CUDA), ``tools/gpu_check.py`` (a bare GPU
-machine without carried wheels) and ``tools/build_gpu_wheels.py`` (the CUDA wheel for the GPU
-machine). Standard library only: it runs before any venv exists.
-
-A built wheel is kept in a cache folder keyed by mmcv, torch, device (CUDA version and archs) and
-Python (:func:`cache_key`), never in pip's cache, where builds for different torches collide.
+"""mmcv with its compiled ops: the one recipe that builds and installs it, for
+``tools/setup_env.py`` (every stack, CPU or CUDA), ``tools/gpu_check.py`` (a GPU machine without
+carried wheels) and ``tools/build_gpu_wheels.py`` (a CUDA wheel for another machine). A built
+wheel is kept in ``python_env.cache_dir('mmcv')``, one folder per :func:`cache_key`. Standard
+library only: it runs before any venv exists.
 """
 from __future__ import annotations
 
@@ -19,9 +16,10 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
-PIP = ('-m', 'pip', 'install', '--disable-pip-version-check', '-q')
+from python_env import Log, cpu_count, find_wheel, pip
+
 # mmcv's ops run on the device: a CPU-only build imports fine on a GPU machine and fails on the
 # first CUDA tensor, so the probe runs nms there
 PROBE = ('import sys, torch; from mmcv.ops import nms; d = sys.argv[1]; '
@@ -36,7 +34,6 @@ INFO = ('import json, sys, torch; c = torch.cuda.is_available(); print(json.dump
 CXX20_HEADER = ('import os, torch; print(os.path.join(os.path.dirname(torch.__file__), '
                 '"include", "ATen", "ATen.h"))')
 CXX20_MARK = 'C++20 or later compatible compiler is required'
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,10 @@ class MmcvPin:
     def wheel_prefix(self) -> str:
         """The start of its wheels' file names (``onedl_mmcv-2.3.6``)."""
         return f'{self.dist.replace("-", "_")}-{self.version}'
+
+    def wheel_in(self, folder: Path) -> Optional[Path]:
+        """Its wheel in ``folder``, if there is one."""
+        return find_wheel(folder, self.dist, self.version)
 
 
 def pin_from_requirements(text: str) -> MmcvPin:
@@ -80,11 +81,6 @@ def cache_key(pin: MmcvPin, torch_version: str, python: str, cuda: Optional[str]
     if cuda is None:
         return f'{pin.dist}{pin.version}-torch{torch_version}-cpu-{py}'
     return f'{pin.dist}{pin.version}-torch{torch_version}-cu{cuda}-{py}-sm{arch_key(arch or "")}'
-
-
-def cache_root(env: Mapping[str, str] = os.environ) -> Path:
-    """Where built mmcv wheels are kept, one folder per :func:`cache_key`."""
-    return Path(env.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')) / 'mmvit_ext' / 'mmcv'
 
 
 def torch_info(python: str) -> dict:
@@ -129,7 +125,7 @@ def build_env(jobs: Optional[int] = None, cuda_root: Optional[str] = None,
     the compile's CPU time; in CPPFLAGS, which distutils appends to Python's ``-g -O3``), and
     for CUDA the toolkit on the PATH, FORCE_CUDA and the arch list."""
     env = dict(base)
-    env.update(MMCV_WITH_OPS='1', MAX_JOBS=str(jobs or base.get('MAX_JOBS') or os.cpu_count()),
+    env.update(MMCV_WITH_OPS='1', MAX_JOBS=str(jobs or base.get('MAX_JOBS') or cpu_count()),
                CPPFLAGS=(base.get('CPPFLAGS', '') + ' -g0').strip())
     if cuda_root:
         env.update(CUDA_HOME=cuda_root, FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch or '',
@@ -156,9 +152,8 @@ def raise_cxx_standard(setup_py: Path) -> int:
 
 def cxx20_source(python: str, pin: MmcvPin, work: Path, env: Mapping[str, str]) -> Path:
     """``pin``'s source release unpacked in ``work``, its setup.py asking for C++20."""
-    subprocess.run([python, '-m', 'pip', 'download', '-q', '--disable-pip-version-check',
-                    '--no-build-isolation', '--no-deps', '--no-binary', ':all:', pin.spec,
-                    '-d', str(work)], check=True, env=env)
+    pip(python, 'download', '-q', '--no-build-isolation', '--no-deps', '--no-binary', ':all:',
+        pin.spec, '-d', str(work), env=env)
     (archive,) = glob.glob(str(work / '*.tar.gz'))
     with tarfile.open(archive) as sdist:
         sdist.extractall(work / 'src', **({'filter': 'data'} if hasattr(tarfile, 'data_filter')
@@ -178,28 +173,17 @@ def build_wheel(python: str, pin: MmcvPin, out_dir: Path, env: Mapping[str, str]
     tmp = out_dir.with_name(out_dir.name + '.tmp')
     shutil.rmtree(tmp, ignore_errors=True)
     log(f'building {pin.spec} with {"CUDA" if env.get("FORCE_CUDA") else "CPU"} ops '
-        f'({env["MAX_JOBS"]} jobs; about 12 min on 2 cores for CPU ops) into {out_dir}')
+        f'({env["MAX_JOBS"]} jobs) into {out_dir}')
     with tempfile.TemporaryDirectory(prefix='mmcv_src.') as work:
         source = pin.spec
         if torch_needs_cxx20(python):
             source = str(cxx20_source(python, pin, Path(work), env))
             log(f'{pin.spec}: compiled as C++20 (this torch\'s headers need it)')
-        subprocess.run([python, '-m', 'pip', 'wheel', '-q', '--disable-pip-version-check',
-                        '--no-build-isolation', '--no-cache-dir', '--no-deps', source,
-                        '-w', str(tmp)], check=True, env=env)
+        pip(python, 'wheel', '-q', '--no-build-isolation', '--no-cache-dir', '--no-deps', source,
+            '-w', str(tmp), env=env)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
-    return find_wheel(out_dir, pin)
-
-
-def find_wheel(folder: Path, pin: MmcvPin) -> Optional[Path]:
-    """``pin``'s wheel in ``folder``, if there is one."""
-    found = sorted(glob.glob(str(Path(folder) / f'{pin.wheel_prefix}-*.whl')))
-    return Path(found[-1]) if found else None
-
-
-def pip_install(python: str, *args: str) -> None:
-    subprocess.run([python, *PIP, *args], check=True)
+    return pin.wheel_in(out_dir)
 
 
 def ensure_mmcv(python: str, pin: MmcvPin, cache_root: Path, *, base: Sequence[str] = (),
@@ -220,7 +204,7 @@ def ensure_mmcv(python: str, pin: MmcvPin, cache_root: Path, *, base: Sequence[s
     if device == 'cuda' and links:
         args = [a for link in links for a in ('--find-links', link)]
         try:
-            pip_install(python, '--no-index', '--force-reinstall', '--no-deps', *args, pin.spec)
+            pip(python, 'install', '-q', '--no-index', '--force-reinstall', '--no-deps', *args, pin.spec)
         except subprocess.CalledProcessError:
             log(f'no carried wheel of {pin.spec} in {", ".join(links)}')
         else:
@@ -238,14 +222,14 @@ def ensure_mmcv(python: str, pin: MmcvPin, cache_root: Path, *, base: Sequence[s
         arch = arch or os.environ.get('TORCH_CUDA_ARCH_LIST') or info['capability']
     key = cache_key(pin, info['torch'], info['python'], info['cuda'] if cuda_root else None, arch)
     folder = Path(cache_root) / key
-    wheel = find_wheel(folder, pin)
+    wheel = pin.wheel_in(folder)
     if wheel is None:
-        pip_install(python, *pin.build_tools)
+        pip(python, 'install', '-q', *pin.build_tools)
         wheel = build_wheel(python, pin, folder, build_env(jobs, cuda_root, arch), log)
     else:
         log(f'{pin.spec}: the cached build {wheel}')
-    pip_install(python, '--no-deps', '--force-reinstall', str(wheel))  # this build, then
-    pip_install(python, str(wheel), *base)                             # its dependencies
+    pip(python, 'install', '-q', '--no-deps', '--force-reinstall', str(wheel))  # this build, then
+    pip(python, 'install', '-q', str(wheel), *base)  # its dependencies
     if not probe(python, device):
         raise RuntimeError(f"{pin.dist}'s nms does not run on {device} after installing {wheel}")
     return f'{pin.spec} ({key}), ops run on {device}'

@@ -3,7 +3,7 @@ kernels (read from the fatbinary headers in the shared object, so no cuobjdump a
 needed) and the number of CUDA kernel launchers. Used by tools/build_gpu_wheels.py and its rehearsal.
 
 Example:
-    python tools/mmcv_ext_info.py --expect-cuda 13.0 --expect-arch '9.0'
+    python tools/mmcv_ext_info.py --expect-cuda 13.0 --expect-arch 9.0
     mmcv._ext: CUDA 13.0, kernels sm_90 x58, 312 CUDA kernel launchers: ok
 """
 import argparse

@@ -2,19 +2,21 @@
 # README segmentation demo: set up .venv (idempotent), write the built-in ADE20K-format demo set,
 # train Semantic FPN + PVTv2-b0 on it with mmseg's loops, evaluate mIoU with tools/test.py
 # (mmseg's IoUMetric) and draw image | ground truth | prediction for a few val images.
+# Interpreter (one rule in every tools/*.sh): $PYTHON, else .venv/bin/python if it exists, else python3.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
 bash tools/setup_env.sh
-py=.venv/bin/python
+PY="${PYTHON:-$([[ -x $ROOT/.venv/bin/python ]] && echo "$ROOT/.venv/bin/python" || echo python3)}"
+command -v "$PY" >/dev/null || { echo "no python at $PY: run tools/setup_env.sh, or set PYTHON" >&2; exit 2; }
 config=configs/demo/fpn_pvtv2_b0_ade_demo.py
 data=data/demo_ade/ADEChallengeData2016  # the config's data_root
 work_dir=${SEG_DEMO_WORK_DIR:-work_dirs/seg_demo}
 t0=$SECONDS
-"$py" tools/make_ade_demo_data.py --out "$data"
-"$py" tools/train.py "$config" --work-dir "$work_dir"
+"$PY" tools/make_ade_demo_data.py --out "$data"
+"$PY" tools/train.py "$config" --work-dir "$work_dir"
 ckpt="$(cat "$work_dir/last_checkpoint")"
-"$py" tools/test.py "$config" "$ckpt" --work-dir "$work_dir/test" \
+"$PY" tools/test.py "$config" "$ckpt" --work-dir "$work_dir/test" \
     --cfg-options test_dataloader.dataset.data_root="$data"
-"$py" tools/summarize_seg_demo.py "$config" "$ckpt" "$work_dir" --num 4
+"$PY" tools/summarize_seg_demo.py "$config" "$ckpt" "$work_dir" --num 4
 echo "[seg demo] finished in $((SECONDS - t0)) s"

@@ -3,12 +3,11 @@
 ``.venv`` holds the pinned development stack (requirements/dev.txt); ``--stack oldest`` /
 ``--stack newest`` make ``.venv-oldest`` / ``.venv-newest`` (requirements/oldest.txt / newest.txt).
 Idempotent: a stamp holding the hash of the pinned inputs makes a second run take seconds.
-Standard library only: it runs on the machine's python3 before the venv exists.
+Standard library only: it runs before the venv exists.
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import os
 import re
@@ -21,12 +20,14 @@ from typing import List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mmcv_build  # noqa: E402
+from python_env import (cache_dir, find_python, is_fresh, pip, python_version,  # noqa: E402
+                        wanted_python, wheel_sets)
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = {'pinned': 'requirements/dev.txt', 'oldest': 'requirements/oldest.txt',
           'newest': 'requirements/newest.txt'}
 # what the stamp hashes: a change to any of them sets the venv up again
-STAMPED = ('setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py')
+STAMPED = ('setup.py', 'tools/setup_env.py', 'tools/mmcv_build.py', 'tools/python_env.py')
 EPILOG = """\
 stacks (each requirements file names its Python, torch, mmcv and build tools):
   pinned  requirements/dev.txt into .venv (default; the README's stack)
@@ -45,36 +46,6 @@ def log(msg: str) -> None:
     print(f'[setup_env] {msg}', flush=True)
 
 
-def wanted_python(requirements: str) -> Optional[str]:
-    """The ``# python: X.Y`` a requirements file asks for."""
-    for line in requirements.splitlines():
-        if line.startswith('# python:'):
-            return line.split(':', 1)[1].split()[0]
-    return None
-
-
-def find_python(version: Optional[str], env=os.environ, log=None) -> str:
-    """``$PYTHON``; else python``version`` on the PATH or under pyenv; else python3, said in one
-    line through ``log``."""
-    if env.get('PYTHON'):
-        return env['PYTHON']
-    fallback = shutil.which('python3', path=env.get('PATH')) or sys.executable
-    if not version:
-        return fallback
-    pyenv = subprocess.run(['pyenv', 'root'], capture_output=True, text=True) \
-        if shutil.which('pyenv', path=env.get('PATH')) else None
-    pyenv_root = pyenv.stdout.strip() if pyenv and pyenv.returncode == 0 else \
-        env.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
-    candidates = [f'python{version}',
-                  *sorted(glob.glob(f'{pyenv_root}/versions/{version}*/bin/python{version}'))]
-    for candidate in candidates:
-        if python_version(candidate) == version:
-            return candidate
-    (log or print)(f'this stack asks for Python {version}; no python{version} on the PATH or under '
-                   f'pyenv, so using {fallback} (Python {python_version(fallback)}) instead')
-    return fallback
-
-
 def stamp_of(requirements: Path) -> str:
     digest = hashlib.sha256(requirements.read_bytes())
     for name in STAMPED:
@@ -88,20 +59,11 @@ def base_pins(requirements: str) -> List[str]:
     return [line for line in lines if re.match(r'(torch|torchvision|numpy)\s*([=<>!~;]|$)', line)]
 
 
-def python_version(python: str) -> Optional[str]:
-    try:
-        out = subprocess.run([python, '-c', 'import sys; print("%d.%d" % sys.version_info[:2])'],
-                             capture_output=True, text=True)
-    except OSError:
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def setup(stack: str, venv: Path) -> None:
     reqs_path = ROOT / STACKS[stack]
     reqs = reqs_path.read_text()
     stamp, want = venv / '.mmvit_ext_stack', stamp_of(reqs_path)
-    if stamp.is_file() and stamp.read_text().strip() == want:
+    if is_fresh(stamp, want):
         log(f'.venv is up to date ({venv})')
         return
     python = find_python(wanted_python(reqs), log=log)
@@ -113,16 +75,15 @@ def setup(stack: str, venv: Path) -> None:
     py, t0 = str(venv / 'bin' / 'python'), time.time()
     pin = mmcv_build.pin_from_requirements(reqs)
     base = base_pins(reqs)
-    mmcv_build.pip_install(py, *pin.build_tools)
-    mmcv_build.pip_install(py, *base)
-    cache = mmcv_build.cache_root()
+    pip(py, 'install', '-q', *pin.build_tools)
+    pip(py, 'install', '-q', *base)
     try:
-        log(mmcv_build.ensure_mmcv(py, pin, cache, base=base, log=log,
-                                   find_links=(ROOT / '.whl' / 'core', ROOT / '.whl')))
+        log(mmcv_build.ensure_mmcv(py, pin, cache_dir('mmcv'), base=base, log=log,
+                                   find_links=(*wheel_sets(ROOT / '.whl'), ROOT / '.whl')))
     except RuntimeError as e:
         raise SystemExit(f'[setup_env] error: {e}')
-    mmcv_build.pip_install(py, '-r', str(reqs_path))
-    mmcv_build.pip_install(py, '--no-deps', '--no-build-isolation', '-e', str(ROOT))
+    pip(py, 'install', '-q', '-r', str(reqs_path))
+    pip(py, 'install', '-q', '--no-deps', '--no-build-isolation', '-e', str(ROOT))
     check = ('import torch, mmcv, mmcv._ext, mmvit_ext, mmdet.models, mmseg.models, mmpretrain.models;'
              f' print("[setup_env] {stack} stack OK: torch", torch.__version__, "mmcv", mmcv.__version__)')
     subprocess.run([py, '-c', check], check=True)

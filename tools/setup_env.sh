@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # README command: create or refresh .venv with the pinned stack (--help: the other stacks).
-# The logic is tools/setup_env.py, run on the machine's python3 (standard library only).
+# The logic is tools/setup_env.py (standard library only; $PYTHON is also the new venv's base).
+# Interpreter (one rule in every tools/*.sh): $PYTHON, else .venv/bin/python if it exists, else python3.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec "$(command -v python3 || echo "${PYTHON:-python}")" tools/setup_env.py "$@"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-$([[ -x $ROOT/.venv/bin/python ]] && echo "$ROOT/.venv/bin/python" || echo python3)}"
+command -v "$PY" >/dev/null || { echo "no python at $PY: run tools/setup_env.sh, or set PYTHON" >&2; exit 2; }
+exec "$PY" "$ROOT/tools/setup_env.py" "$@"

@@ -1,28 +1,9 @@
 #!/usr/bin/env bash
 # Usage: tools/slurm_test.sh PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]
-# Env: GPUS (8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS; PYTHON (default: .venv/bin/python).
+# Env: GPUS (8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS (tools/launch.py).
+# Interpreter (one rule in every tools/*.sh): $PYTHON, else .venv/bin/python if it exists, else python3.
 set -euo pipefail
-if [[ $# -lt 4 ]]; then
-    echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]" >&2
-    exit 2
-fi
-source "$(dirname "$0")/venv_python.sh"
-PARTITION=$1
-JOB_NAME=$2
-CONFIG=$3
-CHECKPOINT=$4
-shift 4
-GPUS=${GPUS:-8}
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-CPUS_PER_TASK=${CPUS_PER_TASK:-5}
-SRUN_ARGS=${SRUN_ARGS:-""}
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-srun -p "$PARTITION" \
-    --job-name="$JOB_NAME" \
-    --gres=gpu:"$GPUS_PER_NODE" \
-    --ntasks="$GPUS" \
-    --ntasks-per-node="$GPUS_PER_NODE" \
-    --cpus-per-task="$CPUS_PER_TASK" \
-    --kill-on-bad-exit=1 \
-    ${SRUN_ARGS} \
-    "$PYTHON" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher=slurm "$@"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-$([[ -x $ROOT/.venv/bin/python ]] && echo "$ROOT/.venv/bin/python" || echo python3)}"
+command -v "$PY" >/dev/null || { echo "no python at $PY: run tools/setup_env.sh, or set PYTHON" >&2; exit 2; }
+exec "$PY" "$ROOT/tools/launch.py" slurm test "$@"
