@@ -17,7 +17,7 @@ import torch
 
 import mmvit_ext.layers.deform_attn as layer
 from mmvit_ext import ops, torch_compat
-from mmvit_ext.layers.deform_attn import (MSDeformAttn, kernel_blocker,
+from mmvit_ext.layers.deform_attn import (MSDeformAttn, why_portable,
                                           multi_scale_deformable_attention)
 from mmvit_ext.ops import DeformAttnKernel
 
@@ -191,18 +191,18 @@ def test_kernel_sees_float32_under_bf16_autocast_and_bf16_inputs(monkeypatch):
 def test_definition_runs_in_export_under_compile_and_on_other_devices(monkeypatch):
     fake = FakeKernel()
     value, locations, weights = (t.detach() for t in _inputs())
-    assert kernel_blocker(fake.kernel, value) is None
-    assert kernel_blocker(None, value) == 'no kernel'
-    assert kernel_blocker(FakeKernel(devices=('cuda',)).kernel, value) == 'cpu tensors'
+    assert why_portable(fake.kernel, value) is None
+    assert why_portable(None, value) == 'no kernel'
+    assert why_portable(FakeKernel(devices=('cuda',)).kernel, value) == 'cpu tensors'
     for flag, reason in (('is_exporting', 'export'), ('is_compiling', 'torch.compile')):
         with monkeypatch.context() as patch:
             patch.setattr(torch_compat, flag, lambda: True)
-            assert kernel_blocker(fake.kernel, value) == reason
+            assert why_portable(fake.kernel, value) == reason
             multi_scale_deformable_attention(value, SHAPES, locations, weights,
                                              kernel=fake.kernel)
     with monkeypatch.context() as patch:
         patch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
-        assert kernel_blocker(fake.kernel, value) == 'export'
+        assert why_portable(fake.kernel, value) == 'export'
     assert fake.calls == []
 
 
@@ -250,7 +250,7 @@ def test_mmcv_kernel_is_cuda_only():
     else:
         assert kernel.name == 'mmcv' and kernel.devices == ('cuda',)
         assert kernel.dtypes == (torch.float32, torch.float64)
-        assert kernel_blocker(kernel, value) == 'cpu tensors'
+        assert why_portable(kernel, value) == 'cpu tensors'
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA (mmcv has only a CUDA '
@@ -261,7 +261,7 @@ def test_mmcv_kernel_matches_definition(dtype):
     assert kernel is not None, f'CUDA without mmcv ops: {note}'
     inputs = [t.detach().to('cuda', dtype).requires_grad_()
               for t in _inputs(queries=200, heads=4, head_dim=32, points=4, dtype=dtype)]
-    assert kernel_blocker(kernel, inputs[0]) is None
+    assert why_portable(kernel, inputs[0]) is None
     ours = multi_scale_deformable_attention(*inputs[:1], SHAPES, *inputs[1:], kernel=kernel)
     definition = multi_scale_deformable_attention(*inputs[:1], SHAPES, *inputs[1:])
     tight = 1e-5 if dtype == torch.float32 else 1e-12

@@ -7,7 +7,7 @@ sampling is ``F.grid_sample`` (bilinear, zero padding, ``align_corners=False``, 
 kernel of Deformable DETR), so it needs no compiled op, runs on every device and dtype
 ``grid_sample`` supports, and exports to ONNX (opset >= 16). :class:`MSDeformAttn` picks a
 compiled kernel when built (:func:`mmvit_ext.ops.find_deform_attn_kernel`, shown in its repr)
-and runs it where it can (:func:`kernel_blocker`); the definition everywhere else.
+and runs it where it can (:func:`why_portable`); the definition everywhere else.
 
 The kernel and the definition agree to float32 rounding in the output and the value / weight
 gradients (the kernel sums with ``atomicAdd`` in no fixed order). The location gradients agree
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..ops import DeformAttnKernel, call_blocker, find_deform_attn_kernel
+from ..ops import DeformAttnKernel, why_portable_call, find_deform_attn_kernel
 from .shapes import Size2
 
 SpatialShapes = Union[torch.Tensor, Sequence[Size2]]
@@ -79,9 +79,9 @@ def _definition(value: torch.Tensor, locations: torch.Tensor, weights: torch.Ten
     return output.unflatten(0, (batch, heads)).flatten(1, 2)
 
 
-def kernel_blocker(kernel: Optional[DeformAttnKernel], value: torch.Tensor) -> Optional[str]:
+def why_portable(kernel: Optional[DeformAttnKernel], value: torch.Tensor) -> Optional[str]:
     """Why this call runs the definition instead of ``kernel``, or ``None`` if it runs it."""
-    return 'no kernel' if kernel is None else call_blocker(kernel.devices, value)
+    return 'no kernel' if kernel is None else why_portable_call(kernel.devices, value)
 
 
 def _run_kernel(kernel: DeformAttnKernel, value: torch.Tensor, sizes: List[Size2],
@@ -117,7 +117,7 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: Spatia
         recompute: when a gradient is needed, keep nothing but the inputs for backward and
             sample again there, one piece at a time (the samples, Q * L * P per channel, dwarf
             the inputs). The kernel keeps only its inputs anyway.
-        kernel: a compiled kernel to run where :func:`kernel_blocker` allows (first-order
+        kernel: a compiled kernel to run where :func:`why_portable` allows (first-order
             gradients only: double backward and ``torch.func`` need the definition).
 
     Returns (B, Q, C) in the wider dtype of ``value`` and the locations (fp32 locations keep
@@ -126,7 +126,7 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: Spatia
     no stack of all samples is built.
     """
     sizes = _level_sizes(spatial_shapes)
-    if kernel_blocker(kernel, value) is None:
+    if why_portable(kernel, value) is None:
         return _run_kernel(kernel, value, sizes, sampling_locations, attention_weights)
     inputs = (value, sampling_locations, attention_weights)
     recompute = recompute and torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
@@ -226,5 +226,5 @@ class MSDeformAttn(nn.Module):
         return self.output_proj(out.to(value.dtype))
 
 
-__all__: Tuple[str, ...] = ('multi_scale_deformable_attention', 'kernel_blocker',
+__all__: Tuple[str, ...] = ('multi_scale_deformable_attention', 'why_portable',
                             'reference_points', 'MSDeformAttn')

@@ -7,7 +7,7 @@ the kernel does not run. Compiled libraries are imported lazily, inside the find
 importing this package imports no mm* package. ``MMVIT_EXT_KERNELS=portable`` builds every
 layer without its kernel (:mod:`mmvit_ext.flags`).
 """
-from .ms_deform_attn import (DeformAttnKernel, call_blocker, find_deform_attn_kernel,
+from .ms_deform_attn import (DeformAttnKernel, why_portable_call, find_deform_attn_kernel,
                              kernels_enabled)
 
-__all__ = ['DeformAttnKernel', 'call_blocker', 'find_deform_attn_kernel', 'kernels_enabled']
+__all__ = ['DeformAttnKernel', 'why_portable_call', 'find_deform_attn_kernel', 'kernels_enabled']

@@ -46,7 +46,7 @@ def kernels_enabled() -> bool:
     return os.environ.get(PORTABLE_ENV, '').strip().lower() != 'portable'
 
 
-def call_blocker(devices: Tuple[str, ...], tensor: torch.Tensor) -> Optional[str]:
+def why_portable_call(devices: Tuple[str, ...], tensor: torch.Tensor) -> Optional[str]:
     """Why a kernel for ``devices`` cannot run on this call, or ``None``: export (the graph
     holds the portable ops only), ``torch.compile``, or ``tensor`` on another device."""
     if torch.onnx.is_in_onnx_export() or torch_compat.is_exporting():
@@ -81,5 +81,5 @@ def find_deform_attn_kernel() -> Tuple[Optional[DeformAttnKernel], str]:
     return _mmcv_kernel()
 
 
-__all__ = ['DeformAttnKernel', 'call_blocker', 'find_deform_attn_kernel', 'kernels_enabled',
+__all__ = ['DeformAttnKernel', 'why_portable_call', 'find_deform_attn_kernel', 'kernels_enabled',
            'PORTABLE_ENV']
