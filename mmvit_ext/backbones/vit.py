@@ -210,6 +210,8 @@ class VisionTransformer(PlainViTBase):
                             else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
+        if settings.get('rope') and with_cls_token is None:
+            with_cls_token = True  # DINOv3: the class token runs through the trunk
         with_cls_token, final_norm, window_size, simple_pyramid = resolve_layout(
             defaults, settings, out_type, with_cls_token, final_norm, window_size,
             simple_pyramid)
