@@ -41,6 +41,7 @@ CASES: Dict[str, List[dict]] = {
         dict(arch='b'),
         dict(arch='dinov2_s', out_indices=(2, 5, 8, 11), reg_tokens=4),
         dict(arch='s', out_indices=(3, 5, 7, 11), use_rel_pos=True),
+        dict(arch='dinov3-s', out_indices=(2, 5, 8, 11), out_norm=True),
         dict(arch=dict(embed_dims=32, depth=4, num_heads=2, layer_scale=0.1, ffn='swiglu'),
              simple_pyramid=False, use_rel_pos=True, window_size=2, global_blocks=(3,)),
     ],
@@ -70,4 +71,4 @@ OWN_CODE = {name: cfg for name, cfg in SMALL.items() if name not in LIBRARY_WRAP
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),
                  ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2),
-                 ('VisionTransformer', 2), ('VisionTransformer', 3)}
+                 ('VisionTransformer', 2), ('VisionTransformer', 4)}

@@ -217,7 +217,7 @@ def test_convert_checkpoint_names_and_load_checks_every_layout(tmp_path):
     sys.path.insert(0, str(ROOT / 'tools'))
     from convert_checkpoint import convert
     cases = vit_peers.vit_cases()
-    assert len(cases) == 17
+    assert len(cases) == 20
     for name, case in cases.items():
         src, dst = tmp_path / 'src.pth', tmp_path / 'dst.safetensors'
         torch.save(case.checkpoint, src)

@@ -112,7 +112,38 @@ def vit_cases() -> Dict[str, Case]:
                                                    DINO_IMG)
     cases.update(hf_cases(transformers))
     cases.update(openmmlab_cases())
+    cases.update(dinov3_cases())
     return cases
+
+
+def dinov3_ours(cfg: dict) -> dict:
+    """Our config for a reference DINOv3 ``cfg``: every block's normed patch map."""
+    arch = dict(embed_dims=cfg['embed_dim'], depth=cfg['depth'], num_heads=cfg['num_heads'],
+                mlp_ratio=cfg['ffn_ratio'], ffn=cfg['ffn_layer'], patch_size=16,
+                layer_scale=1e-5, reg_tokens=cfg['n_storage_tokens'], norm_eps=1e-5,
+                rope=dict(base=100.0), mask_k_bias=cfg['mask_k_bias'],
+                qkv_bias=cfg['qkv_bias'], untie_norms=cfg['untie_cls_and_patch_norms'])
+    return dict(type='VisionTransformer', arch=arch, out_indices=tuple(range(cfg['depth'])),
+                simple_pyramid=False, out_norm=True, img_size=64, drop_path_rate=0.0)
+
+
+def dinov3_cases() -> Dict[str, Case]:
+    """DINOv3 in the official, timm and transformers layouts, against the test-side reference
+    (tests/dinov3_reference.py: no DINOv3 needed in the installed timm / transformers)."""
+    import dinov3_reference as ref
+    cfg = dict(ref.TINY, ffn_layer='swiglu', ffn_ratio=6.0)
+    official = ref.official_state_dict(cfg, seed=11)
+
+    def features(x):
+        return tuple(m for m, _ in ref.get_intermediate_layers(official, cfg, x,
+                                                                range(cfg['depth'])))
+    return {'official DINOv3': Case('vit', 'official DINOv3', official, features,
+                                    dinov3_ours(cfg), 64),
+            'timm DINOv3': Case('vit', 'timm DINOv3', ref.official_to_timm(official), features,
+                                dinov3_ours(cfg), 64),
+            'HF DINOv3ViTModel': Case('vit', 'Hugging Face transformers DINOv3',
+                                      ref.official_to_hf(official), features, dinov3_ours(cfg),
+                                      64)}
 
 
 def _hf_features(model: nn.Module, final_norm: nn.Module, prefix: int = 1):

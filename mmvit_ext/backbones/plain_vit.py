@@ -208,7 +208,7 @@ class PlainViTBase(BaseBackbone):
         self.grid_size = (img_hw[0] // patch, img_hw[1] // patch)
         self.patch_embed = self.build_patch_embed(settings, in_channels)
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + math.prod(
-            self.grid_size), dim))
+            self.grid_size), dim)) if self.absolute_positions(settings) else None
         self.pos_drop = nn.Dropout(drop_rate) if drop_rate > 0 else nn.Identity()
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) \
             if classify or with_cls_token else None
@@ -248,6 +248,11 @@ class PlainViTBase(BaseBackbone):
         """Blocks that produce the class token after the trunk (CaiT); ``None``: the class token
         runs through the trunk."""
         return None
+
+    def absolute_positions(self, settings: dict) -> bool:
+        """Whether the trunk adds a learned position embedding (``pos_embed``); ``False`` for
+        trunks that encode positions in the attention (RoPE)."""
+        return True
 
     @staticmethod
     def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:
@@ -319,7 +324,8 @@ class PlainViTBase(BaseBackbone):
 
     # ---- weights -----------------------------------------------------------------------------
     def init_parameters(self) -> None:
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.pos_embed is not None:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.apply(init_linear_and_norm)
@@ -329,7 +335,8 @@ class PlainViTBase(BaseBackbone):
         state_dict, resized = super().adapt_state_dict(state_dict)
         value = state_dict.get('pos_embed')
         prefix = self.num_prefix_tokens
-        if value is not None and value.shape != self.pos_embed.shape:
+        if value is not None and self.pos_embed is not None \
+                and value.shape != self.pos_embed.shape:
             side = math.isqrt(value.shape[1] - prefix)
             if side * side == value.shape[1] - prefix and value.shape[-1] == self.embed_dims:
                 state_dict['pos_embed'] = resize_pos_embed(value, (side, side), self.grid_size,
@@ -406,26 +413,31 @@ class PlainViTBase(BaseBackbone):
             cls = self.run_block(block, cls, tokens)
         return self.norm(cls)[:, 0]
 
-    def position_embedding(self, hw: Size2) -> torch.Tensor:
-        """(1, num_prefix_tokens + h*w, C): the prefix slots and the grid resized to ``hw``."""
+    def position_embedding(self, hw: Size2) -> Optional[torch.Tensor]:
+        """(1, num_prefix_tokens + h*w, C): the prefix slots and the grid resized to ``hw``
+        (``None`` without a position embedding)."""
+        if self.pos_embed is None:
+            return None
         return resize_pos_embed(self.pos_embed, self.grid_size, hw, self.num_prefix_tokens,
                                 self.interpolate_mode)
 
-    def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
+    def prefix_tokens(self, batch: int, pos: Optional[torch.Tensor]) -> List[torch.Tensor]:
         """The tokens that run through the trunk before the patch tokens, each (B, n, C), given
         the position embedding's prefix slots ``pos``: the class token where it is in the
         trunk."""
         if self.cls_token is None or self.cls_blocks is not None:
             return []
-        return [self.cls_token.expand(batch, -1, -1) + pos[:, :1]]
+        cls = self.cls_token.expand(batch, -1, -1)
+        return [cls + pos[:, :1] if pos is not None else cls]
 
     def embed_tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Size2]:
         """(B, C_in, H, W) -> the trunk's input tokens (prefix tokens first) and the grid."""
         tokens, hw = self.patch_embed(x)
         pos = self.position_embedding(hw)
-        prefix = pos.shape[1] - hw[0] * hw[1]
-        tokens = tokens + pos[:, prefix:]
-        extra = self.prefix_tokens(tokens.shape[0], pos[:, :prefix])
+        if pos is not None:
+            prefix = pos.shape[1] - hw[0] * hw[1]
+            tokens, pos = tokens + pos[:, prefix:], pos[:, :prefix]
+        extra = self.prefix_tokens(tokens.shape[0], pos)
         if extra:
             tokens = torch.cat([*extra, tokens], dim=1)
         return self.pos_drop(tokens), hw

@@ -9,6 +9,7 @@ Key names follow timm's ``VisionTransformer`` (``blocks.{i}.attn.qkv``, ``ls1.ga
 embedding always has the class-token slot, as the official models have it.
 """
 import math
+import re
 from functools import partial
 from typing import Any, List, Optional, Tuple, Union
 
@@ -21,7 +22,11 @@ from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, Window
                       bias_terms, interpolation_matrix, known_equal,
                       scaled_dot_product_attention)
 from ..registry import MODELS
+from .dinov3 import (DINOV3_KEYS, build_rope, dinov3_arch_zoo, fit_qkv_bias,
+                     infer_dinov3_arch, normed_tokens, rope_attention, swiglu_hidden)
 from .plain_vit import PlainViTBase, ViTBlock
+from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos,  # noqa: F401
+                          rel_pos_factors, rel_pos_lookup, resize_rel_pos)
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
                         resolve_layout, vitdet_peers)
 from .vocabulary import ConfigError, resolve_peer, translate
@@ -38,16 +43,16 @@ _dinov2 = partial(_vit, patch_size=14, layer_scale=1e-5, interpolate_offset=0.1,
 
 
 class SwiGLU(CheckpointedCall, nn.Module):
-    """SwiGLU FFN (DINOv2 giant): ``fc2(silu(a) * b)`` with ``(a, b)`` the halves of ``fc1(x)``.
-
-    The hidden width is DINOv2's: 2/3 of ``hidden_features`` rounded up to a multiple of 8.
+    """SwiGLU FFN (DINOv2 giant, DINOv3): ``fc2(silu(a) * b)`` with ``(a, b)`` the halves of
+    ``fc1(x)``. The hidden width is the official one: 2/3 of ``hidden_features`` rounded up to a
+    multiple of ``align`` (8; DINOv3 7B's ``swiglu64``: 64).
     """
 
     token_wise = True
 
-    def __init__(self, dim: int, hidden_features: int, drop: float = 0.0) -> None:
+    def __init__(self, dim: int, hidden_features: int, drop: float = 0.0, align: int = 8) -> None:
         super().__init__()
-        hidden = (int(hidden_features * 2 / 3) + 7) // 8 * 8
+        hidden = swiglu_hidden(hidden_features, align)
         self.fc1 = nn.Linear(dim, 2 * hidden)
         self.fc2 = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
@@ -55,69 +60,6 @@ class SwiGLU(CheckpointedCall, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, value = self.fc1(x).chunk(2, dim=-1)
         return self.drop(self.fc2(self.drop(F.silu(gate) * value)))
-
-
-def resize_rel_pos(table: torch.Tensor, size: int) -> torch.Tensor:
-    """(L, d) table of offsets -> the (2 * size - 1, d) table a side of ``size`` tokens reads:
-    resized linearly where L differs, as ViTDet's ``get_rel_pos``."""
-    length = 2 * size - 1
-    if known_equal(table.shape[0], length):
-        return table
-    return interpolation_matrix(table.shape[0], length, 'bilinear', device=table.device,
-                                dtype=table.dtype) @ table
-
-
-def rel_pos_lookup(table: torch.Tensor, size: int) -> torch.Tensor:
-    """(L, d) table of offsets -> (size, size, d) entries ``R[i - j]`` (:func:`resize_rel_pos`
-    first)."""
-    table = resize_rel_pos(table, size)
-    coords = torch.arange(size, device=table.device)
-    return table[coords[:, None] - coords[None, :] + (size - 1)]
-
-
-def rel_pos_factors(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torch.Tensor,
-                    grid: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The two factors of the decomposed bias for queries (..., H, h*w, d):
-    ``q_ij . R_h[i - k]`` (..., H, h, w, h) and ``q_ij . R_w[j - l]`` (..., H, h, w, w)."""
-    height, width = grid
-    r_q = q.unflatten(-2, (height, width))
-    return (torch.einsum('...hwc,hkc->...hwk', r_q, rel_pos_lookup(rel_pos_h, height)),
-            torch.einsum('...hwc,wkc->...hwk', r_q, rel_pos_lookup(rel_pos_w, width)))
-
-
-def decomposed_rel_pos(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torch.Tensor,
-                       grid: Size2) -> torch.Tensor:
-    """ViTDet / MViTv2 decomposed relative position bias for queries (..., H, h*w, d) of an
-    h x w grid: ``bias[(i, j), (k, l)] = q_ij . R_h[i - k] + q_ij . R_w[j - l]`` (..., H, N, N)."""
-    height, width = grid
-    bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
-    bias = bias_h.unsqueeze(-1) + bias_w.unsqueeze(-2)  # (..., h, w, h, w)
-    n = height * width
-    return bias.reshape(*q.shape[:-2], n, n)
-
-
-def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.Tensor,
-                            rel_pos_w: torch.Tensor, grid: Size2, scale: float
-                            ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Queries and keys (..., H, N, d) widened so that ``q' k'^T`` equals ``scale * q k^T`` plus
-    :func:`decomposed_rel_pos`, with no (N, N) bias: each query carries its two bias rows
-    ``q . R_h`` (h entries) and ``q . R_w`` (w entries), each key the one-hot row and column of
-    its position, zero columns pad the width to a multiple of 8 (the fused kernels' alignment).
-    The fused attention then runs without a mask, at scale 1. :class:`RelPosAttention` folds
-    grids of Python ints; a symbolic grid (export, dynamic shapes) keeps the mask, whose kernel
-    alignment does not depend on the grid."""
-    height, width = grid
-    bias_h, bias_w = rel_pos_factors(q, rel_pos_h, rel_pos_w, grid)
-    n = height * width
-    # one-hot rows built in float32 (torch 2.1 has no bfloat16 ``eye`` on CPU)
-    rows = torch.eye(height, device=k.device).to(k.dtype)[:, None].expand(height, width, height)
-    cols = torch.eye(width, device=k.device).to(k.dtype)[None].expand(height, width, width)
-    zeros = q.new_zeros(*q.shape[:-1], -(q.shape[-1] + height + width) % 8)
-    q = torch.cat([q * scale, bias_h.flatten(-3, -2).to(q.dtype),
-                   bias_w.flatten(-3, -2).to(q.dtype), zeros], dim=-1)
-    k = torch.cat([k, rows.reshape(n, height).expand(*k.shape[:-1], height),
-                   cols.reshape(n, width).expand(*k.shape[:-1], width), zeros.to(k.dtype)], dim=-1)
-    return q, k
 
 
 class RelPosAttention(WindowAttention):
@@ -182,11 +124,13 @@ class VisionTransformer(PlainViTBase):
         arch: ``ti s b l h`` (patch 16; aliases ``deit-t deit-s deit-b``, ``mae_b mae_l``,
             ``tiny small base large huge``), ``mae_h`` (patch 14), ``dinov2_s dinov2_b
             dinov2_l dinov2_g`` (patch 14, LayerScale, SwiGLU FFN for g; ``dinov2-s`` ...
-            too), or a dict with ``embed_dims``, ``depth`` (or ``num_layers``), ``num_heads``
+            too), the DINOv3 hub names ``dinov3_vits16 ... dinov3_vit7b16`` (``dinov3-s`` ...;
+            RoPE, storage tokens, k-bias mask: :mod:`.dinov3`), or a dict with ``embed_dims``, ``depth`` (or ``num_layers``), ``num_heads``
             and optional ``mlp_ratio`` (or ``feedforward_channels``), ``patch_size``,
             ``layer_scale``, ``ffn`` (``'mlp'`` / ``'swiglu'``), ``reg_tokens``,
             ``interpolate_offset`` (DINOv2's pos-embed interpolation, 0: size-based),
-            ``img_size`` (the preset's pretraining size: 518 for DINOv2). Under peer mmpretrain
+            ``img_size`` (the preset's pretraining size: 518 for DINOv2), DINOv3's ``rope``,
+            ``mask_k_bias``, ``qkv_bias``, ``norm_eps``, ``untie_norms`` (``cls_norm``). Under peer mmpretrain
             its own preset names mean its presets (``'s'``: 768-dim, 8 blocks).
         patch_size: overrides the preset's patch size.
         out_type: ``'featmap'`` (NCHW maps), ``'cls_token'`` (the class token, (B, C)),
@@ -203,6 +147,8 @@ class VisionTransformer(PlainViTBase):
         patch_bias: a bias in the patch projection; ``None``: none for peer mmseg, none with
             ``pre_norm`` (CLIP), else a bias.
         layer_scale: LayerScale init (``None``: the preset's, none for ViT, 1e-5 for DINOv2).
+        out_norm: every output's tokens through the final norm (DINOv3's / DINOv2's
+            ``get_intermediate_layers(norm=True)``); off: the last block's only.
         **kwargs: the trunk's (:class:`PlainViTBase`): ``img_size``, ``out_indices``,
             ``window_size``, ``global_blocks``, ``simple_pyramid`` (default: on for patch 16),
             ``drop_path_rate`` ...; and the peers' names (:data:`VIT_VOCABULARY`):
@@ -227,10 +173,11 @@ class VisionTransformer(PlainViTBase):
         **dict.fromkeys(['dinov2_l', 'dinov2-l', 'dinov2-large'], _dinov2(1024, 24, 16)),
         **dict.fromkeys(['dinov2_g', 'dinov2-g', 'dinov2-giant'],
                         _dinov2(1536, 40, 24, ffn='swiglu')),
+        **dinov3_arch_zoo(),  # DINOv3: the official hub names and short aliases (.dinov3)
     }
     essential_keys = frozenset({'embed_dims', 'depth', 'num_heads'})
     optional_keys = frozenset({'mlp_ratio', 'patch_size', 'layer_scale', 'ffn', 'reg_tokens',
-                               'interpolate_offset', 'img_size'})
+                               'interpolate_offset', 'img_size'}) | DINOV3_KEYS
     default_arch = 'b'
     # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
     paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
@@ -242,6 +189,7 @@ class VisionTransformer(PlainViTBase):
                  reg_tokens: Optional[int] = None, final_norm: Optional[bool] = None,
                  use_rel_pos: bool = False, layer_scale: Optional[float] = None,
                  patch_bias: Optional[bool] = None, simple_pyramid: Optional[bool] = None,
+                 out_norm: bool = False,
                  window_size: Union[int, str, None] = 'auto', peer: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         name = type(self).__name__
@@ -262,6 +210,8 @@ class VisionTransformer(PlainViTBase):
                             else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
+        if settings.get('rope') and with_cls_token is None:
+            with_cls_token = True  # DINOv3: the class token runs through the trunk
         with_cls_token, final_norm, window_size, simple_pyramid = resolve_layout(
             defaults, settings, out_type, with_cls_token, final_norm, window_size,
             simple_pyramid)
@@ -272,7 +222,7 @@ class VisionTransformer(PlainViTBase):
         self.with_patch_norm = options['patch_norm']
         self.patch_bias = patch_bias if patch_bias is not None else \
             options.get('patch_bias', defaults.get('patch_bias', not options['pre_norm']))
-        self.norm_eps = options.get('norm_eps', defaults['norm_eps'])
+        self.norm_eps = options.get('norm_eps', settings.get('norm_eps', defaults['norm_eps']))
         self.interpolate_mode = options['interpolate_mode']
         kwargs.setdefault('img_size', settings.pop('img_size', 224))
         settings.pop('img_size', None)
@@ -287,12 +237,20 @@ class VisionTransformer(PlainViTBase):
             if num_reg else None
         if self.register_tokens is not None:
             nn.init.trunc_normal_(self.register_tokens, std=0.02)
+        self.out_norm = out_norm
+        if out_norm and self.norm is None:
+            self.norm = self._layer_norm()
         if self.norm is not None:
             self.norm.eps = self.norm_eps
+        self.cls_norm = self._layer_norm() if self.norm is not None and \
+            settings.get('untie_norms') else None
         self.norm_pre = self._layer_norm() if options['pre_norm'] else nn.Identity()
         self.fc_norm = self._layer_norm() if out_type == 'avg_featmap' else None
         self.interpolate_offset = float(settings.get('interpolate_offset', 0.0))
         self._freeze_stages()
+
+    def absolute_positions(self, settings: dict) -> bool:
+        return not settings.get('rope')
 
     def _layer_norm(self) -> nn.LayerNorm:
         return nn.LayerNorm(self.embed_dims, eps=self.norm_eps)
@@ -321,6 +279,8 @@ class VisionTransformer(PlainViTBase):
         depth, else 64 channels per head."""
         needed = ('patch_embed.proj.weight', 'blocks.0.mlp.fc1.weight', 'blocks.0.mlp.fc2.weight',
                   'pos_embed')
+        if 'pos_embed' not in state_dict and all(k in state_dict for k in needed[:3]):
+            return infer_dinov3_arch(state_dict, cls.arch_zoo)  # a RoPE trunk
         if any(k not in state_dict for k in needed):
             return None
         dim, _, patch, _ = state_dict['patch_embed.proj.weight'].shape
@@ -349,8 +309,12 @@ class VisionTransformer(PlainViTBase):
                        use_rel_pos: bool, window_size: Optional[int],
                        simple_pyramid: bool) -> None:
         name = type(self).__name__
-        if settings.get('ffn', 'mlp') not in ('mlp', 'swiglu'):
-            raise ConfigError(f"{name}: arch ffn must be 'mlp' or 'swiglu', got {settings['ffn']!r}")
+        if not re.fullmatch(r'mlp|swiglu(8|16|32|64|128)?', str(settings.get('ffn', 'mlp'))):
+            raise ConfigError(f"{name}: arch ffn must be 'mlp' or 'swiglu' ('swiglu64': hidden "
+                              f"width aligned to 64), got {settings['ffn']!r}")
+        if settings.get('rope') and (window_size is not None or use_rel_pos):
+            raise ConfigError(f'{name}: a RoPE arch (DINOv3) attends globally with its class and '
+                              f'storage tokens; use window_size=None and use_rel_pos=False')
         if out_type == 'cls_token' and not with_cls_token:
             raise ConfigError(f"{name}: with_cls_token must be True when out_type='cls_token'")
         if self.output_cls_token and not with_cls_token:
@@ -384,14 +348,19 @@ class VisionTransformer(PlainViTBase):
         dim, heads = self.embed_dims, settings['num_heads']
         options = dict(qkv_bias=True, attn_drop=common['attn_drop'], proj_drop=common['drop'],
                        fused=self.fused_attn)
-        if self.use_rel_pos:
+        if settings.get('rope'):
+            if getattr(self, 'rope_embed', None) is None:  # one RoPE, shared by every block
+                self.rope_embed = build_rope(settings, dim)
+            attn = rope_attention(dim, settings, self.rope_embed, common, self.fused_attn)
+        elif self.use_rel_pos:
             attn = RelPosAttention(dim, heads, common['window_size'], self.grid_size, **options)
         else:
             attn = WindowAttention(dim, heads, common['window_size'], **options)
         layer_scale = settings.get('layer_scale')
         mlp_ratio = settings.get('mlp_ratio', 4)
         hidden = round(dim * mlp_ratio)  # mmpretrain's feedforward_channels, exactly
-        mlp = SwiGLU(dim, hidden, common['drop']) if settings.get('ffn', 'mlp') == 'swiglu' \
+        ffn = str(settings.get('ffn', 'mlp'))
+        mlp = SwiGLU(dim, hidden, common['drop'], int(ffn[6:] or 8)) if ffn.startswith('swiglu') \
             else Mlp(dim, hidden, drop=common['drop'])
         return ViTBlock(dim, attn, mlp_ratio, common['drop'], common['drop_path'],
                         layer_scale=layer_scale, mlp_layer_scale=layer_scale,
@@ -403,6 +372,8 @@ class VisionTransformer(PlainViTBase):
         as ViTDet does, to this model's window / grid. The position embedding is resized with
         ``interpolate_mode`` (mmseg's SETR configs: bilinear)."""
         state_dict, resized = super().adapt_state_dict(state_dict)
+        if self.arch_settings.get('rope'):
+            state_dict = fit_qkv_bias(self, state_dict)
         own = {k: v for k, v in self.named_parameters() if k.endswith(('rel_pos_h', 'rel_pos_w'))}
         for key, value in own.items():
             given = state_dict.get(key)
@@ -419,6 +390,8 @@ class VisionTransformer(PlainViTBase):
             prefixes += ('register_tokens',)
         if self.fc_norm is None:
             prefixes += ('fc_norm.',)
+        if self.cls_norm is None:
+            prefixes += ('cls_norm.',)
         return prefixes
 
     def output_spec(self) -> List[Tuple[int, Optional[int]]]:
@@ -451,7 +424,7 @@ class VisionTransformer(PlainViTBase):
     # ---- forward -----------------------------------------------------------------------------
     def position_embedding(self, hw: Size2) -> torch.Tensor:
         """(1, 1 + h*w, C): the class-token slot and the grid resized to ``hw``."""
-        if self.interpolate_offset:
+        if self.interpolate_offset and self.pos_embed is not None:
             return dinov2_resize_pos_embed(self.pos_embed, self.grid_size, hw,
                                            self.interpolate_offset)
         return super().position_embedding(hw)
@@ -463,10 +436,20 @@ class VisionTransformer(PlainViTBase):
     def prefix_tokens(self, batch: int, pos: torch.Tensor) -> List[torch.Tensor]:
         """The class token (with its position) and the register tokens (without one, as
         DINOv2 adds them after the position embedding)."""
-        prefix = [self.cls_token.expand(batch, -1, -1) + pos] if self.cls_token is not None else []
+        cls = self.cls_token.expand(batch, -1, -1) if self.cls_token is not None else None
+        prefix = [] if cls is None else [cls + pos if pos is not None else cls]
         if self.register_tokens is not None:
             prefix.append(self.register_tokens.expand(batch, -1, -1))
         return prefix
+
+    def output_tokens(self, index: int, tokens: torch.Tensor) -> torch.Tensor:
+        """Tokens of block ``index`` as output: through the final norm (``cls_norm`` on the
+        prefix tokens when untied) for the last block, or for every block with ``out_norm``."""
+        if self.norm is None or not (self.out_norm or index == self.depth - 1):
+            return tokens
+        num_prefix = int(self.cls_token is not None) + (
+            0 if self.register_tokens is None else self.register_tokens.shape[1])
+        return normed_tokens(self.norm, self.cls_norm, tokens, num_prefix)
 
     def token_outputs(self, feats: List[torch.Tensor], tokens: torch.Tensor,
                       num_patches: int) -> Tuple[torch.Tensor, ...]:

@@ -46,7 +46,7 @@ def is_timm_vit(state_dict: StateDict) -> bool:
     class token's position folded into it."""
     return has_key(state_dict, _QKV) and (has_key(state_dict, r'^head(_dist)?\.')
                                           or 'reg_token' in state_dict) \
-        and not _other_family(state_dict)
+        and 'pos_embed' in state_dict and not _other_family(state_dict)  # DINOv3: no pos_embed
 
 
 def convert_timm_vit(state_dict: StateDict) -> StateDict:
@@ -69,6 +69,8 @@ def convert_timm_vit(state_dict: StateDict) -> StateDict:
 def is_official_dinov2(state_dict: StateDict) -> bool:
     """The DINOv2 hub files: a ``mask_token`` beside LayerScale, SwiGLU ``w12`` / ``w3``, or
     training checkpoints' chunked blocks ``blocks.{chunk}.{i}``."""
+    if 'storage_tokens' in state_dict or 'rope_embed.periods' in state_dict:
+        return False  # DINOv3 (converters/dinov3.py)
     return (('mask_token' in state_dict and has_key(state_dict, r'\.ls1\.gamma$'))
             or has_key(state_dict, r'^blocks\.\d+\.mlp\.w12\.')
             or has_key(state_dict, r'^blocks\.\d+\.\d+\.attn\.qkv\.'))
@@ -207,4 +209,6 @@ register_layout('Hugging Face transformers DINOv2 (Dinov2Model / Dinov2Backbone)
 register_layout('OpenMMLab ViT (mmpretrain / mmseg VisionTransformer)', 'vit',
                 r'^layers\.\d+\.(attn\.qkv|attn\.attn\.in_proj_)', convert_openmmlab_vit)
 # the dense pyramid and the mean-pooling norm are in no classifier / dense file respectively
-register_init_only('vit', r'^(pyramid|fc_norm)\.')
+# (and DINOv3's RoPE periods / k-bias mask, which timm's and transformers' files do not hold:
+# the official base-100 periods and the k-masked bias, as the official model initialises them)
+register_init_only('vit', r'^(pyramid|fc_norm)\.|^rope_embed\.periods$|\.attn\.qkv\.bias_mask$')

@@ -13,6 +13,7 @@ from .mlp import ConvMlp, Mlp
 from .patch_embed import ConvStemEmbed, PatchEmbed
 from .pos_embed import resize_pos_embed
 from .pyramid import LayerNorm2d, SimplePyramid, pyramid_channels
+from .rope import RopeEmbedding, apply_rope, rope_coords, rope_periods, rotate_half
 from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_pos_table
 from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_matrix,
                        resize_grid)
@@ -35,5 +36,6 @@ __all__ = [
     'interpolation_matrix', 'adaptive_avg_pool2d', 'adaptive_pool_matrix', 'DropPath',
     'linear_drop_path_rates', 'LayerScale', 'init_linear_and_norm', 'known_zero', 'known_equal',
     'MSDeformAttn', 'multi_scale_deformable_attention', 'reference_points',
+    'RopeEmbedding', 'apply_rope', 'rope_coords', 'rope_periods', 'rotate_half',
     'Size2', 'to_2tuple', 'tokens_to_map', 'map_to_tokens', 'pad_to_multiple',
 ]

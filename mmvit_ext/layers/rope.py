@@ -1,0 +1,96 @@
+"""Axial rotary position embedding (RoPE) of DINOv3: computed from the token grid at run time.
+
+Each head's channels are split in four quarters of ``head_dim / 4`` frequencies: the angles of
+the row coordinate fill the first half of the rotation angles, those of the column coordinate
+the second, and the whole is tiled twice for the rotate-half convention
+(``x * cos + rotate_half(x) * sin``). Coordinates are patch centres normalised to [-1, 1]
+(``'separate'``: per axis; ``'min'`` / ``'max'``: by the shorter / longer side). The periods
+are a persistent float32 buffer (``periods``), as the official checkpoints hold it.
+
+The official pretraining's coordinate augmentations (shift, jitter, rescale) are not
+implemented: they are training-time augmentations of DINOv3's pretraining only.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from .shapes import Size2
+
+NORMALIZE_COORDS = ('separate', 'min', 'max')
+
+
+def rope_periods(head_dim: int, base: Optional[float] = 100.0, min_period: Optional[float] = None,
+                 max_period: Optional[float] = None) -> torch.Tensor:
+    """(head_dim / 4,) float32 periods: ``base ** (4 i / head_dim)``, or geometrically spaced
+    from ``min_period`` to ``max_period`` when both are given (then ``base`` must be ``None``)."""
+    if head_dim % 4:
+        raise ValueError(f'RoPE needs a head dim divisible by 4, got {head_dim}')
+    both = min_period is not None and max_period is not None
+    if (base is None) == (not both):
+        raise ValueError('RoPE: give either base or both min_period and max_period')
+    count = head_dim // 4
+    if base is not None:
+        return base ** (2 * torch.arange(count, dtype=torch.float32) / (head_dim // 2))
+    ratio = max_period / min_period
+    return ratio ** torch.linspace(0, 1, count, dtype=torch.float32) / ratio * max_period
+
+
+def rope_coords(hw: Size2, normalize: str = 'separate', device: Optional[torch.device] = None
+                ) -> torch.Tensor:
+    """(h*w, 2) float32 (row, column) patch-centre coordinates in [-1, 1], row-major."""
+    height, width = hw
+    rows = torch.arange(height, device=device, dtype=torch.float32) + 0.5
+    cols = torch.arange(width, device=device, dtype=torch.float32) + 0.5
+    if normalize == 'separate':
+        rows, cols = rows / height, cols / width
+    else:
+        side = min(height, width) if normalize == 'min' else max(height, width)
+        rows, cols = rows / side, cols / side
+    grid = torch.stack(torch.meshgrid(rows, cols, indexing='ij'), dim=-1).flatten(0, 1)
+    return 2.0 * grid - 1.0
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[a, b] -> [-b, a]`` over the last dim's halves."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    """Rotate the last ``sin.shape[-2]`` tokens of x (..., N, d) (the patch tokens; the prefix
+    tokens before them are left as they are), in float32, returned in x's dtype."""
+    num_prefix = x.shape[-2] - sin.shape[-2]
+    prefix, patches = x.split((num_prefix, sin.shape[-2]), dim=-2)
+    wide = patches.float()
+    rotated = (wide * cos + rotate_half(wide) * sin).to(x.dtype)
+    return torch.cat([prefix, rotated], dim=-2)
+
+
+class RopeEmbedding(nn.Module):
+    """(sin, cos), each (h*w, head_dim) float32, of an h x w token grid.
+
+    Args:
+        head_dim: channels per head (a multiple of 4).
+        base / min_period / max_period: the periods (:func:`rope_periods`).
+        normalize: coordinate normalisation, one of :data:`NORMALIZE_COORDS`.
+    """
+
+    def __init__(self, head_dim: int, base: Optional[float] = 100.0,
+                 min_period: Optional[float] = None, max_period: Optional[float] = None,
+                 normalize: str = 'separate') -> None:
+        super().__init__()
+        if normalize not in NORMALIZE_COORDS:
+            raise ValueError(f'RoPE normalize must be one of {NORMALIZE_COORDS}, got {normalize!r}')
+        self.normalize = normalize
+        self.register_buffer('periods', rope_periods(head_dim, base, min_period, max_period))
+
+    def extra_repr(self) -> str:
+        return f'frequencies={self.periods.shape[0]}, normalize={self.normalize!r}'
+
+    def forward(self, hw: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
+        coords = rope_coords(hw, self.normalize, self.periods.device)
+        angles = 2 * math.pi * coords[:, :, None] / self.periods.float()[None, None, :]
+        angles = angles.flatten(1, 2).tile(2)  # (h*w, head_dim): rows, columns, twice
+        return torch.sin(angles), torch.cos(angles)
