@@ -2,6 +2,8 @@
 and a registered backbone without an entry here fails the suite."""
 from typing import Dict, List
 
+from mmvit_ext.backbones.dinov3 import dinov3_arch_zoo
+
 # A tiny custom arch per family keeps gradient tests fast; presets check the real shapes.
 CASES: Dict[str, List[dict]] = {
     'SwinTransformer': [
@@ -72,3 +74,8 @@ LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVision
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),
                  ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2),
                  ('VisionTransformer', 2), ('VisionTransformer', 4)}
+# A tiny DINOv3 trunk (RoPE from the grid at run time, storage tokens, k-bias mask, out_norm;
+# LayerScale 0.5 instead of 1e-5, so that attention moves the outputs): export and compile tests.
+TINY_DINOV3 = dict(arch=dict(dinov3_arch_zoo()['dinov3_vits16'], embed_dims=32, depth=4,
+                             num_heads=2, layer_scale=0.5),
+                   out_indices=(0, 1, 2, 3), out_norm=True)

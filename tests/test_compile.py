@@ -4,6 +4,8 @@ import torch
 
 from mmvit_ext.registry import MODELS
 from backbone_cases import OWN_CODE as SMALL  # not library wrappers
+from backbone_cases import TINY_DINOV3
+
 
 CASES = [(name, mode, {}) for name in sorted(SMALL) for mode in ('train', 'eval')]
 CASES += [(name, 'eval', dict(simple_pyramid=True)) for name in ('DeepViT', 'CaiT', 'RefinedViT')]
@@ -11,8 +13,16 @@ CASES += [(name, 'eval', dict(simple_pyramid=True)) for name in ('DeepViT', 'Cai
 
 @pytest.mark.parametrize('name,mode,extra', CASES)
 def test_forward_has_no_graph_breaks(name, mode, extra):
+    _check_one_graph(MODELS.build(dict(type=f'mmvit_ext.{name}', **{**SMALL[name], **extra})), mode)
+
+
+@pytest.mark.parametrize('mode', ['train', 'eval'])
+def test_dinov3_forward_has_no_graph_breaks(mode):
+    _check_one_graph(MODELS.build(dict(type='mmvit_ext.VisionTransformer', **TINY_DINOV3)), mode)
+
+
+def _check_one_graph(model, mode):
     import torch._dynamo as dynamo
-    model = MODELS.build(dict(type=f'mmvit_ext.{name}', **{**SMALL[name], **extra}))
     model.train(mode == 'train')
     dynamo.reset()
     x = torch.randn(2, 3, 64, 80)

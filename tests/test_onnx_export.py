@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from backbone_cases import OWN_CODE as SMALL  # not library wrappers
+from backbone_cases import TINY_DINOV3
 from mmvit_ext import deploy
-from mmvit_ext.backbones.dinov3 import DINOV3_ARCHS
 from mmvit_ext.layers import WindowAttention
 from mmvit_ext.registry import MODELS
 from tool_runner import ROOT, run_tool
 
 TOLERANCE = 1e-4  # relative, fp32
-DINOV3 = {names[0]: preset for names, preset in DINOV3_ARCHS.items()}
 # the plain ViTs' presets all end in the simple pyramid (deconvolutions, a ceil max-pool, crops)
 PYRAMID = {'CaiT': dict(simple_pyramid=True), 'RefinedViT': dict(simple_pyramid=True)}
 # ViT-Adapter's dynamic-shape export is not supported yet (its deformable attention exports at a
@@ -27,11 +26,7 @@ BACKBONES = {**{name: dict(cfg, **PYRAMID.get(name, {})) for name, cfg in SMALL.
              'PyramidVisionTransformerV2-li': dict(arch=dict(
                  embed_dims=(16, 32, 40, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8),
                  linear=True)),
-             # DINOv3: RoPE from the grid at run time, storage tokens, out_norm
-             # (LayerScale 0.5, not 1e-5, so that attention moves the outputs)
-             'VisionTransformer-dinov3': dict(arch=dict(DINOV3['dinov3_vits16'], embed_dims=32,
-                                                        layer_scale=0.5, depth=4, num_heads=2),
-                                              out_indices=(0, 1, 2, 3), out_norm=True)}
+             'VisionTransformer-dinov3': TINY_DINOV3}
 RETINANET = 'configs/mmdet/retinanet_pvtv2_b0_fpn_1x_coco.py'
 SEMANTIC_FPN = 'configs/mmseg/fpn_pvtv2_b0_512x512_40k_ade20k.py'
 
