@@ -58,6 +58,27 @@ def test_model_with_identical_layers_has_similarity_one():
     assert all(block.attn.fused for block in model.blocks)  # modules are never touched
 
 
+def test_attention_tools_and_stats_see_dinov3():
+    """DINOv3's RoPE attention on the explicit path: the maps the tools capture (class, 4 storage
+    and 20 patch tokens), the same outputs as the fused path, and model_stats' count."""
+    from model_stats import count
+    from backbone_cases import TINY_DINOV3
+    from mmvit_ext import flags
+    from mmvit_ext.backbones import VisionTransformer
+    torch.manual_seed(0)
+    model = VisionTransformer(**TINY_DINOV3).eval()
+    x = torch.randn(1, 3, 64, 80)
+    maps, feats = capture(model, x)
+    assert len(maps) == len(feats) == 4 and maps[0].shape == (1, 2, 25, 25)
+    with torch.no_grad():
+        fused = model(x)
+        with flags.fused_attention(False):
+            explicit = model(x)
+    for a, b in zip(fused, explicit):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert count(model, (64, 80))['params'] == sum(p.numel() for p in model.parameters())
+
+
 def test_attention_collapse_tool_writes_csv_and_plots(tmp_path):
     arch = repr(dict(TINY_DEEPVIT, embed_dims=48, depth=6, num_heads=3))
     out = tmp_path / 'collapse'
