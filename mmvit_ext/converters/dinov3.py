@@ -8,7 +8,8 @@
 * timm ``vit_*_dinov3`` (``timm.models.eva``): ``reg_token``, ``gamma_1 / 2``, the qkv bias as
   ``attn.q_bias`` / ``v_bias`` (k bias zero), SwiGLU ``fc1_g / fc1_x``; no periods (timm's
   defaults are the official base-100 periods).
-* Hugging Face ``DINOv3ViTModel``: ``embeddings.*``, ``layer.{i}.attention.{q,k,v,o}_proj``,
+* Hugging Face ``DINOv3ViTModel``: ``embeddings.*``, ``layer.{i}.attention.{q,k,v,o}_proj``
+  (``model.layer.{i}`` in transformers 5),
   ``layer_scale{1,2}.lambda1``, ``mlp.{gate,up,down}_proj``; a ``k_proj`` bias, where present,
   is computed (an all-ones ``bias_mask``).
 """
@@ -81,11 +82,12 @@ def convert_timm_dinov3(state_dict: StateDict) -> StateDict:
 
 # ---- Hugging Face ----------------------------------------------------------------------------
 _HF_PREFIX = 'dinov3_vit.'
+_HF_DETECT = r'^(dinov3_vit\.)?(model\.)?layer\.\d+\.attention\.q_proj\.weight$'
 _HF = (
     (r'^embeddings\.cls_token$', 'cls_token'),
     (r'^embeddings\.register_tokens$', 'register_tokens'),
     (r'^embeddings\.patch_embeddings\.', 'patch_embed.proj.'),
-    (r'^layer\.(\d+)\.', r'blocks.\1.'),
+    (r'^(?:model\.)?layer\.(\d+)\.', r'blocks.\1.'),  # transformers 5: model.layer.{i}
     (r'\.attention\.o_proj\.', '.attn.proj.'),
     (r'\.layer_scale(\d)\.lambda1$', r'.ls\1.gamma'),
     (r'\.mlp\.down_proj\.', '.mlp.fc2.'),
@@ -93,7 +95,7 @@ _HF = (
 
 
 def is_hf_dinov3(state_dict: StateDict) -> bool:
-    return has_key(state_dict, r'^(dinov3_vit\.)?layer\.\d+\.attention\.q_proj\.weight$')
+    return has_key(state_dict, _HF_DETECT)
 
 
 def _hf_qkv(state_dict: StateDict) -> StateDict:
@@ -135,5 +137,5 @@ register_layout('official DINOv3 (facebookresearch/dinov3)', 'vit', _QKV,
 register_layout('timm DINOv3 (timm.models.eva vit_*_dinov3)', 'vit', _QKV, convert_timm_dinov3,
                 detect=is_timm_dinov3)
 register_layout('Hugging Face transformers DINOv3 (DINOv3ViTModel)', 'vit',
-                r'^(dinov3_vit\.)?layer\.\d+\.attention\.q_proj\.weight$', convert_hf_dinov3,
+                _HF_DETECT, convert_hf_dinov3,
                 detect=is_hf_dinov3)
