@@ -42,6 +42,38 @@ def test_peers_hold_our_weights_and_match_our_outputs(ours, size):
     assert set(report) == set(peers) and all(diff <= 1e-4 for _, diff in report.values())
 
 
+@pytest.mark.parametrize('arch', ['dinov3_vits16', 'dinov3_vits16plus'])
+def test_dinov3_peer_is_timms_vit_dinov3_with_our_weights(arch):
+    """timm's ``vit_*_dinov3`` holds our DINOv3 weights (the layout map inverts our converter)
+    and computes our maps; a timm without DINOv3 is refused with a reason."""
+    import timm
+
+    from mmvit_ext.backbones.vit_peers import timm_dinov3_layout
+    from mmvit_ext.converters.dinov3 import convert_timm_dinov3
+    ours = VisionTransformer(arch=dict(VisionTransformer.resolve_arch(arch), depth=2),
+                             drop_path_rate=0.0)
+    torch.manual_seed(0)
+    for param in ours.parameters():  # off the init: LayerScale 1e-5 would hide the blocks
+        torch.nn.init.normal_(param, std=0.05)
+    state = ours.state_dict()
+    trunk = {k: v * state[k + '_mask'] if k + '_mask' in state else v  # the k bias masked
+             for k, v in state.items()
+             if not k.startswith(('pyramid.', 'rope_embed.')) and not k.endswith('bias_mask')}
+    back = convert_timm_dinov3(timm_dinov3_layout(ours))
+    assert back.keys() == trunk.keys() and all(torch.equal(back[k], trunk[k]) for k in trunk)
+    if not timm.list_models('vit_*_dinov3*'):
+        with pytest.raises(ValueError, match='DINOv3 presets timm has'):
+            build_peers(ours, (64, 96))
+        return
+    peers = build_peers(ours, (64, 96))
+    assert type(peers['timm'].trunk).__module__ == 'timm.models.eva'
+    report = check_peers(ours, peers, (64, 96))
+    assert report['timm'][1] <= 1e-4
+    with pytest.raises(ValueError, match='dense outputs of the last block'):
+        build_peers(VisionTransformer(arch=dict(VisionTransformer.resolve_arch(arch), depth=2),
+                                      out_indices=0), (64, 96))
+
+
 def test_converters_are_pure_and_each_family_builds_its_peers():
     """Converter modules import no model library and build nothing; each family with peers
     defines them, and the families list follows the registry."""

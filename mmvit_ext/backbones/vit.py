@@ -28,7 +28,7 @@ from .plain_vit import PlainViTBase, ViTBlock
 from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos,  # noqa: F401
                           rel_pos_factors, rel_pos_lookup, resize_rel_pos)
 from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
-                        resolve_layout, vitdet_peers)
+                        resolve_layout, vit_peers)
 from .vocabulary import ConfigError, resolve_peer, translate
 
 VIT_OUT_TYPES = ('featmap', 'cls_token', 'avg_featmap', 'raw')
@@ -181,8 +181,8 @@ class VisionTransformer(PlainViTBase):
     default_arch = 'b'
     # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
     paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
-    # timm's and mmpretrain's SAM ViT trunks holding the weights of our ViTDet ViT-B
-    benchmark_peers = vitdet_peers
+    # timm's DINOv3 for a RoPE trunk; timm's and mmpretrain's SAM ViT for our ViTDet ViT-B
+    benchmark_peers = vit_peers
 
     def __init__(self, arch: Union[str, dict, None] = None, patch_size: Optional[int] = None,
                  out_type: Optional[str] = None, with_cls_token: Optional[bool] = None,

@@ -1,6 +1,7 @@
 """The peers' plain ViT, as facts of our ``VisionTransformer`` family: mmseg's and mmpretrain's
 ``VisionTransformer`` argument names, mmpretrain's arch table, each peer's defaults, and the
-peers' ViTDet trunks holding our weights for ``benchmark --compare`` (:func:`vitdet_peers`).
+peers holding our weights for ``benchmark --compare`` (:func:`vit_peers`: timm's DINOv3 for a
+RoPE trunk, the ViTDet trunks of timm and mmpretrain otherwise).
 
 A config of either peer builds ours after changing only ``type``. Where the peers give a name or
 a default different meanings (mmpretrain's ``arch='s'`` is 768-dim with 8 blocks, ours 384-dim;
@@ -171,10 +172,10 @@ def read_peer_args(peer: str, peer_args: Dict[str, Any]) -> Dict[str, Any]:
 
 # ---- benchmark peers: timm's and mmpretrain's SAM-style ViT-B with ViTDet windows ----------
 class PyramidFeatures(nn.Module):
-    """A peer's stride-16 trunk (image -> (B, C, h, w)) + a copy of our simple pyramid, so that
-    both sides return the same four maps; the pyramid's cost is ours on both sides."""
+    """A peer's stride-16 trunk (image -> (B, C, h, w)) + a copy of our simple pyramid (if any),
+    so that both sides return the same maps; the pyramid's cost is ours on both sides."""
 
-    def __init__(self, trunk: nn.Module, forward_trunk: Callable, pyramid: nn.Module,
+    def __init__(self, trunk: nn.Module, forward_trunk: Callable, pyramid: Optional[nn.Module],
                  strides: Tuple[int, ...]) -> None:
         super().__init__()
         self.trunk = trunk
@@ -184,6 +185,8 @@ class PyramidFeatures(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         grid = self.forward_trunk(self.trunk, x)
+        if self.pyramid is None:
+            return (grid,)
         sizes = level_sizes(x.shape[2:], self.strides)
         return tuple(self.pyramid([grid] * len(self.strides), sizes))
 
@@ -254,5 +257,71 @@ def vitdet_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Mod
     return peers
 
 
+# ---- benchmark peers: timm's DINOv3 (timm.models.eva ``vit_*_dinov3``) ---------------------
+# (embed_dims, ffn) of the official presets -> timm's model (``_qkvb``: with the qkv bias);
+# the depth is passed along
+TIMM_DINOV3 = {(384, 'mlp'): 'vit_small_patch16_dinov3',
+               (384, 'swiglu'): 'vit_small_plus_patch16_dinov3',
+               (768, 'mlp'): 'vit_base_patch16_dinov3', (1024, 'mlp'): 'vit_large_patch16_dinov3',
+               (1280, 'swiglu'): 'vit_huge_plus_patch16_dinov3',
+               (4096, 'swiglu64'): 'vit_7b_patch16_dinov3'}
+
+
+def timm_dinov3_layout(ours: nn.Module) -> Dict[str, torch.Tensor]:
+    """Our DINOv3 trunk's weights in timm's keys (the inverse of
+    :func:`~mmvit_ext.converters.dinov3.convert_timm_dinov3`): the qkv bias as ``q_bias`` /
+    ``v_bias`` (its k part is masked to zero), SwiGLU ``fc1`` split into ``fc1_g`` / ``fc1_x``."""
+    state = {}
+    for key, tensor in ours.state_dict().items():
+        if key.startswith(('pyramid.', 'rope_embed.')) or key.endswith('.bias_mask'):
+            continue
+        if key.endswith('.attn.qkv.bias'):
+            q, _, v = tensor.chunk(3)
+            state[key.replace('qkv.bias', 'q_bias')] = q
+            state[key.replace('qkv.bias', 'v_bias')] = v
+        elif '.mlp.fc1.' in key and ours.arch_settings['ffn'] != 'mlp':
+            gate, value = tensor.chunk(2)
+            state[key.replace('.fc1.', '.fc1_g.')] = gate
+            state[key.replace('.fc1.', '.fc1_x.')] = value
+        else:
+            key = key.replace('.ls1.gamma', '.gamma_1').replace('.ls2.gamma', '.gamma_2')
+            state['reg_token' if key == 'register_tokens' else key] = tensor
+    return state
+
+
+def _timm_dinov3_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    tokens = trunk.forward_features(x)[:, trunk.num_prefix_tokens:]
+    h, w = (side // trunk.patch_embed.patch_size[0] for side in x.shape[2:])
+    return tokens.transpose(1, 2).reshape(x.shape[0], -1, h, w)
+
+
+def dinov3_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+    """timm's ``vit_*_dinov3`` trunk with the weights of ``ours`` (a DINOv3 preset's width and
+    MLP, any depth; the last block's normed patch tokens), ahead of a copy of our pyramid."""
+    import timm
+    settings = ours.arch_settings
+    name = TIMM_DINOV3.get((ours.embed_dims, settings['ffn']))
+    if name and ours.blocks[0].attn.qkv.bias is not None:
+        name += '_qkvb'  # timm's variants with the qkv bias
+    dense_last = (ours.out_indices == (ours.depth - 1,) and ours.norm is not None
+                  and ours.cls_token is not None and ours.window_size is None)
+    if name is None or not dense_last or not timm.list_models(name):
+        raise ValueError(f'timm peers are built for the DINOv3 presets timm has ({timm.__version__}: '
+                         f'{", ".join(timm.list_models("vit_*_dinov3")) or "none"}), dense '
+                         f'outputs of the last block through the final norm')
+    trunk = timm.create_model(name, pretrained=False, num_classes=0, depth=ours.depth,
+                              dynamic_img_size=True, drop_path_rate=0.0)
+    load_peer(trunk, timm_dinov3_layout(ours), f'timm {name}')
+    return {'timm': PyramidFeatures(trunk, _timm_dinov3_trunk, ours.pyramid, ours.strides)}
+
+
+def vit_peers(ours: nn.Module, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+    """The peers of our plain ViT: timm's DINOv3 for a RoPE trunk, else the ViTDet peers."""
+    if ours.arch_settings.get('rope'):
+        return dinov3_peers(ours, img_size)
+    return vitdet_peers(ours, img_size)
+
+
 __all__ = ['MMPRETRAIN_ARCHS', 'PEER_DEFAULTS', 'VIT_VOCABULARY', 'PyramidFeatures', 'peer_arch',
-           'read_peer_args', 'resolve_layout', 'vitdet_peers']
+           'TIMM_DINOV3', 'dinov3_peers', 'read_peer_args', 'resolve_layout',
+           'timm_dinov3_layout', 'vit_peers', 'vitdet_peers']
