@@ -190,3 +190,6 @@ def test_bf16_autocast_end_to_end():
     assert all(torch.isfinite(o).all() for o in outs)
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+    # as the official forward under autocast: the float32 level embedding promotes the prior
+    # tokens (levels 1-3), level 0 is the transposed conv's
+    assert [o.dtype for o in outs] == [torch.bfloat16] + [torch.float32] * 3

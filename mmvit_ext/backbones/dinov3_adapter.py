@@ -233,8 +233,10 @@ class DINOv3Adapter(ViTAdapter):
             out = maps[level]
             if self.add_vit_feature:  # level 2 is at the trunk's stride 16
                 vit_map = vit_maps[level]
-                out = out + (vit_map if level == 2 else F.interpolate(
-                    vit_map, size=out.shape[2:], mode='bilinear', align_corners=False))
+                if level != 2:  # CPU autocast resizes in float32: back to the map's dtype
+                    vit_map = F.interpolate(vit_map, size=out.shape[2:], mode='bilinear',
+                                            align_corners=False).to(out.dtype)
+                out = out + vit_map
             out = getattr(self, f'norm{level + 1}')(out)
             stride = STRIDES[level]
             outs.append(out[:, :, :(height + stride - 1) // stride, :(width + stride - 1) // stride])
