@@ -5,7 +5,8 @@ Each config is used as shipped: its model, its optim_wrapper (built with mmengin
 Only data roots / annotation files and image sizes are overridden (the sizes in the pipeline's
 resize / crop transforms and the segmentor's pad size, and the two-stage detectors' proposal /
 RoI sample counts, which set the cost of a CPU step: 50 proposals and 32 sampled RoIs per image
-instead of 1000 and 512), and the backbone's ``init_cfg`` is set to None: no weights are at hand
+instead of 1000 and 512; a 7B trunk and its head at a few blocks and 1/64 of their widths,
+``TINY_TRUNKS``), and the backbone's ``init_cfg`` is set to None: no weights are at hand
 here, loading is tested in test_load_paths / test_layouts. AmpOptimWrapper needs an accelerator;
 on CPU those configs step through mmvit_ext's CPU bf16 one (as tools/train.py runs them there),
 with mmcv's ops kept in float32 (mmvit_ext.engine.precision). Budget: see the README's model-zoo note.
@@ -107,6 +108,40 @@ def _fewer_proposals(model: dict) -> None:
         test['rcnn']['max_per_img'] = 20
 
 
+# a trunk too big for a CPU step (the 7B DINOv3) steps as a 4-block trunk of its kind at 64
+# channels, its head at the same fraction of its widths
+TINY_TRUNKS = {'dinov3_vit7b16': dict(embed_dims=64, depth=4, num_heads=2)}
+HEAD_WIDTHS = ('in_channels', 'feat_channels', 'out_channels', 'embed_dims',
+               'feedforward_channels', 'num_feats')
+
+
+def _narrow(node, scale: int) -> None:
+    """Divide every width under ``node`` (:data:`HEAD_WIDTHS`) by ``scale``, in place."""
+    if isinstance(node, (list, tuple)):
+        for item in node:
+            _narrow(item, scale)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in HEAD_WIDTHS and isinstance(value, int):
+                node[key] = value // scale
+            elif key in HEAD_WIDTHS and isinstance(value, (list, tuple)):
+                node[key] = [v // scale for v in value]
+            else:
+                _narrow(value, scale)
+
+
+def _tiny_trunk(model: dict) -> None:
+    """A :data:`TINY_TRUNKS` backbone shrunk (its preset's kind: FFN, norms, biases), the
+    interaction blocks its default for the depth, the decode head narrowed alike."""
+    from mmvit_ext.backbones.vit import VisionTransformer
+    tiny = TINY_TRUNKS.get(model.backbone.get('arch'))
+    if tiny is None:
+        return
+    preset = VisionTransformer.arch_zoo[model.backbone.arch]
+    model.backbone.update(arch=dict(preset, **tiny), interaction_indexes=None)
+    _narrow(model.decode_head, preset['embed_dims'] // tiny['embed_dims'])
+
+
 def _dataset_cfg(cfg: Config, split: str, scope: str, roots: Path) -> dict:
     """The config's own dataset for ``split``, pointed at the demo data, sizes shrunk."""
     dataset = copy.deepcopy(cfg[f'{split}_dataloader'].dataset)
@@ -147,6 +182,7 @@ def _prepared(path: str, roots: Path):
     if scope == 'mmseg':  # pad / crop size of the segmentor follows the crop
         cfg.model.data_preprocessor.size = SEG_CROP
     _fewer_proposals(cfg.model)
+    _tiny_trunk(cfg.model)
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
     amp_on_cpu(optim_cfg)
     __import__(f'{scope}.datasets')
@@ -166,9 +202,11 @@ def _prepared(path: str, roots: Path):
 
 
 def _backbone_dtypes(model) -> list:
-    """A list that collects the dtype of every backbone output while the model runs."""
+    """A list that collects, per backbone call, the narrowest dtype of its outputs (the DINOv3
+    adapter, as the official one, gives float32 maps beside bfloat16 ones under autocast)."""
     seen = []
-    model.backbone.register_forward_hook(lambda m, a, out: seen.append(out[-1].dtype))
+    model.backbone.register_forward_hook(
+        lambda m, a, out: seen.append(min((o.dtype for o in out), key=lambda d: d.itemsize)))
     return seen
 
 

@@ -9,6 +9,9 @@ strides 4/8/16/32, for any input size (the image is zero-padded to a multiple of
 cropped back). Everything is plain PyTorch: the deformable attention is
 :func:`~mmvit_ext.layers.deform_attn.multi_scale_deformable_attention` (``grid_sample``).
 
+A DINOv3 trunk (``arch='dinov3_*'``) builds the official DINOv3 form instead
+(:class:`~mmvit_ext.backbones.dinov3_adapter.DINOv3Adapter`: frozen trunk, extractors only).
+
 The official repository has two forms of the backbone, chosen here by ``vit_features``: its
 detection backbone (``detection/mmdet_custom/models/backbones/vit_adapter.py``) adds the last
 block's ViT map to every level (``'final'``); its segmentation backbone
@@ -215,6 +218,15 @@ class ViTAdapter(VisionTransformer):
     paper_figures: Dict[str, Any] = {}
     peer_drop_in = False
     analysis_settings = dict(window_size=None)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> 'ViTAdapter':
+        """``ViTAdapter(arch='dinov3_*')`` (or a custom arch with ``rope``) builds the official
+        DINOv3 form, :class:`~mmvit_ext.backbones.dinov3_adapter.DINOv3Adapter`."""
+        from .dinov3_adapter import DINOv3Adapter, is_dinov3_arch
+        arch = args[0] if args else kwargs.get('arch')
+        if cls is ViTAdapter and is_dinov3_arch(arch):
+            cls = DINOv3Adapter
+        return super().__new__(cls)
 
     def __init__(self, arch: Union[str, dict, None] = None, conv_inplane: int = 64,
                  n_points: int = 4, deform_num_heads: Optional[int] = None,

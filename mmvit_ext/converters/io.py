@@ -19,6 +19,8 @@ from ..utils.safe_checkpoint import trusted_training_state
 PathLike = Union[str, Path]
 WRAPPER_KEYS = ('model', 'state_dict', 'state_dict_ema', 'model_ema', 'module')
 STRIP_PREFIXES = ('module.', 'backbone.')
+# top-level keys of a backbone that holds its trunk as ``backbone`` (the official DINOv3_Adapter)
+HOLDS_BACKBONE = ('interactions.', 'level_embed')
 
 
 class CheckpointError(ValueError):
@@ -137,7 +139,8 @@ def unwrap_state_dict(checkpoint: Any, source: str = 'checkpoint',
     for strip in STRIP_PREFIXES:
         if all(k.startswith(strip) for k in state):
             state = {k[len(strip):]: v for k, v in state.items()}
-    if not prefix and any(k.startswith('backbone.') for k in state):
+    if not prefix and any(k.startswith('backbone.') for k in state) and not any(
+            k.startswith(HOLDS_BACKBONE) for k in state):
         state = {k[len('backbone.'):]: v for k, v in state.items() if k.startswith('backbone.')}
     return state
 
