@@ -12,7 +12,7 @@
 # (dinov3/hub/segmentors.py), loads as the second Pretrained entry (its head is not mmseg's and
 # is not loaded).
 # Published: 63.0 mIoU (multi-scale) on ADE20K for ViT-7B + M2F, DINOv3 paper (Simeoni et al.,
-# arXiv 2508.10104), Table 11 (comparison with state-of-the-art segmentation systems); that
+# arXiv 2508.10104, its comparison with state-of-the-art segmentation systems); that
 # run is the official one at 896 px (config-ade20k-m2f-inference.yaml: 896 crops, sliding
 # stride 596, five TTA ratios 0.9-1.1), not this 512 px recipe. 896 px here needs
 # crop_size = (896, 896) in the pipeline and data_preprocessor, test_cfg mode='slide' with
