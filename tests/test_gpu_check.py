@@ -174,6 +174,10 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
                             '--master_port', '29561', 'tools/train.py')
     assert ddp.work == tmp_path / 'logs' / 'work_ddp' and 'randomness.deterministic=True' in ddp.argv
     assert 'train_dataloader.dataset.pipeline.2.scale=(64,64)' in ddp.argv
+    # the CPU variant: fewer RoIs a training step, one step a ladder row; every row still runs
+    assert all('model.train_cfg.rcnn.sampler.num=16' in row.argv for row in rows[4:7])
+    ladder = rows[10].argv
+    assert ladder[ladder.index('--repeat') + 1] == '0'
     monkeypatch.setenv('BENCH_BATCH', '4')
     cuda = gpu_check_steps.Check('cuda', 'py', tmp_path / 'check.md', 'all')
     assert [row.name for row in gpu_check_steps.STEPS['bench'].rows(cuda)] == [
@@ -185,6 +189,7 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     assert compiled[compiled.index('--compile-backend') + 1] == 'inductor' and '--compare' in compiled
     assert rows[-1].argv[rows[-1].argv.index('--compile-backend') + 1] == 'aot_eager'
     assert len(gpu_check_steps.STEPS['amp-train'].rows(cuda)) == 2
+    assert not any('sampler' in arg for arg in gpu_check_steps.STEPS['ddp'].rows(cuda)[0].argv)
     monkeypatch.setenv('BENCH_MODELS', 'swin:tiny, vit:b')
     assert [row.name for row in gpu_check_steps.STEPS['compiled'].rows(cuda)] == [
         'bench compiled swin:tiny b4 800x1344', 'bench compiled vit:b b4 800x1344']

@@ -29,6 +29,7 @@ class Settings:
     train_size: int
     deterministic: bool
     train_validates: bool                # the val loop after the epoch (minutes on CPU)
+    train_options: Tuple[str, ...]       # of every training row
     amp_dtypes: Tuple[str, ...]          # CPU AMP is bf16 only (CpuAmpOptimWrapper)
     bench_models: Tuple[str, ...]
     bench_size: Tuple[int, int]
@@ -50,7 +51,7 @@ def names_in(text: str) -> List[str]:
 def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
     if device == 'cuda':
         return Settings(
-            train_size=800, deterministic=False, train_validates=True,
+            train_size=800, deterministic=False, train_validates=True, train_options=(),
             amp_dtypes=('bfloat16', 'float16'),
             bench_models=tuple(names_in(env.get('BENCH_MODELS') or 'swin:tiny,pvtv2:b2,vit:b')),
             bench_size=(800, 1344),
@@ -62,6 +63,9 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
             ladder_args=('--arch', 'large', '--size', '800', '1333', '--repeat', '3'))
     return Settings(
         train_size=64, deterministic=True, train_validates=False, amp_dtypes=('bfloat16',),
+        # fewer proposals and sampled RoIs: the RoI heads' CPU time is most of a step at 64 px
+        train_options=('model.train_cfg.rpn_proposal.max_per_img=64',
+                       'model.train_cfg.rcnn.sampler.num=16'),
         bench_models=('pvtv2:b0',), bench_size=(64, 64), bench_batch=1,
         bench_args=('--warmup', '1', '--repeat', '1', '--peak-size', '256'),
         compile_backend='aot_eager',  # traces and runs the graphs; inductor's C++ build is minutes
@@ -69,8 +73,9 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
         detector_batch=1, detector_size=(64, 64),
         detector_args=('--dtype', 'fp32', '--warmup', '0', '--repeat', '1'),
         ladder_name='ladder Swin-T 96x128',
-        ladder_args=('--arch', 'tiny', '--size', '96', '128', '--warmup', '0', '--rows',
-                     'ours:fp32:False', "ours:fp32:'attn'", 'mmdet:fp32:True'))
+        # --repeat 0: each row's one step is its memory and its time
+        ladder_args=('--arch', 'tiny', '--size', '96', '128', '--warmup', '0', '--repeat', '0',
+                     '--rows', 'ours:fp32:False', "ours:fp32:'attn'", 'mmdet:fp32:True'))
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,8 @@ def train_row(check: Check, name: str, work: str, launch: Sequence[str],
             'default_hooks.checkpoint.interval=100', 'default_hooks.checkpoint.save_last=False',
             f'randomness.deterministic={check.settings.deterministic}',
             # mmengine validates after the last epoch unless that comes before val_begin
-            *(() if check.settings.train_validates else ('train_cfg.val_begin=2',)), *options)
+            *(() if check.settings.train_validates else ('train_cfg.val_begin=2',)),
+            *check.settings.train_options, *options)
     return Row(name, argv, check.logs / f'work_{work}')
 
 
