@@ -1,6 +1,7 @@
 """tools/gpu_check.sh --device cpu: the GPU check's steps end to end at tiny settings, one table
 and one tarball of logs; --help, --steps and the no-CUDA line. Then the pure parts of
-tools/gpu_check.py: the table, the summaries, the loss check, the steps' rows, the install."""
+tools/dev/gpu_check.py (the table, the summaries, the training check, the install) and of
+tools/dev/gpu_check_steps.py (the steps' rows)."""
 import json
 import math
 import os
@@ -15,8 +16,9 @@ import pytest
 from mmvit_ext.backbones import family_classes
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'tools'))
+sys.path.insert(0, str(ROOT / 'tools' / 'dev'))
 import gpu_check  # noqa: E402
+import gpu_check_steps  # noqa: E402
 
 STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'ladder',
          'compiled']
@@ -53,7 +55,7 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     assert 'PROBE cpu: 4 ops ok' in table
     for dtype in ('fp32', 'bf16', 'fp16'):
         assert f'CONTRACT cpu {dtype}: {len(family_classes())} families ok' in table
-    assert table.count('TRAIN 2 iterations') == 3 and 'NOT finite' not in table
+    assert len(re.findall(r'TRAIN 2 iterations, losses \[[-0-9., ]+\]: ok', table)) == 3
     for name in ('Swin-T', 'PVTv2-b2'):
         assert re.search(rf'SUMMARY {name} fp32 b1 64x64 ours=[0-9.]+ img/s mmdet=[0-9.]+ img/s '
                          r'ours/mmdet=[0-9.]+', table), name
@@ -94,11 +96,11 @@ def test_install_is_asked_for_and_only_into_a_virtual_environment():
 
 
 def test_steps_table_is_the_run_order():
-    assert list(gpu_check.STEPS) == STEPS
-    assert gpu_check.parse_steps('bench,ladder') == ['bench', 'ladder']
-    assert gpu_check.parse_steps('probe, ,contract,') == ['probe', 'contract']
+    assert list(gpu_check_steps.STEPS) == STEPS
+    assert gpu_check_steps.parse_steps('bench,ladder') == ['bench', 'ladder']
+    assert gpu_check_steps.parse_steps('probe, ,contract,') == ['probe', 'contract']
     with pytest.raises(ValueError, match='unknown step nope'):
-        gpu_check.parse_steps('probe,nope')
+        gpu_check_steps.parse_steps('probe,nope')
 
 
 def test_summary_takes_the_last_three_lines_and_escapes_pipes():
@@ -125,31 +127,41 @@ def test_table_renders_rows_status_and_ladder():
     assert gpu_check.table_row('x', 2, 's', 0) == '| x | FAILED | s | 0 |'
 
 
-def _scalars(work, losses):
+def _scalars(work, records):
     run = work / '20261126_220000' / 'vis_data'
     run.mkdir(parents=True)
-    lines = [json.dumps({'lr': 0.1, 'loss': v, 'iter': i}) for i, v in enumerate(losses)]
-    (run / 'scalars.json').write_text('\n'.join(lines + [json.dumps({'coco/bbox_mAP': 0.0})]) + '\n')
+    (run / 'scalars.json').write_text(''.join(json.dumps(r) + '\n' for r in records))
 
 
 @pytest.mark.parametrize('losses,ok', [([1.23456, 0.5], True), ([1.0, math.nan], False),
                                        ([1.0, math.inf], False), ([1.0, 2.0, 3.0], False),
                                        ([], False)])
-def test_loss_check_reads_mmengine_scalars(tmp_path, losses, ok):
-    _scalars(tmp_path, losses)
-    result, line = gpu_check.check_losses(tmp_path)
+def test_training_check_reads_mmengine_scalars(tmp_path, losses, ok):
+    _scalars(tmp_path, [{'lr': 0.1, 'loss': v, 'iter': i} for i, v in enumerate(losses)]
+             + [{'coco/bbox_mAP': 0.0}])
+    result, line = gpu_check.check_training(tmp_path)
     assert result is ok
-    assert line.startswith('TRAIN 2 iterations, losses [') and line.endswith(
-        ': finite' if ok else ': NOT finite')
+    assert line.startswith('TRAIN 2 iterations, losses [') and line.endswith(': ok' if ok else ': FAILED')
     if losses == [1.23456, 0.5]:
-        assert line == 'TRAIN 2 iterations, losses [1.235, 0.5]: finite'
-    assert gpu_check.check_losses(tmp_path / 'missing') == (
-        False, 'TRAIN 2 iterations, losses []: NOT finite')
+        assert line == 'TRAIN 2 iterations, losses [1.235, 0.5]: ok'
+    assert gpu_check.check_training(tmp_path / 'missing') == (
+        False, 'TRAIN 2 iterations, losses []: FAILED')
+
+
+def test_training_check_with_a_metric_wants_one_value_of_it(tmp_path):
+    """The wheel-set rehearsal's UperNet: two finite losses and one val mIoU."""
+    rows = [{'loss': 3.14159, 'iter': 1}, {'loss': 2.5, 'iter': 2}, {'mIoU': 0.5, 'step': 2}]
+    _scalars(tmp_path / 'full', rows)
+    _scalars(tmp_path / 'no_val', rows[:2])
+    assert gpu_check.check_training(tmp_path / 'full', 'mIoU') == (
+        True, 'TRAIN 2 iterations, losses [3.142, 2.5], val mIoU [0.5]: ok')
+    assert gpu_check.check_training(tmp_path / 'no_val', 'mIoU') == (
+        False, 'TRAIN 2 iterations, losses [3.142, 2.5], val mIoU []: FAILED')
 
 
 def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
-    cpu = gpu_check.Check('cpu', 'py', tmp_path / 'check.md', 'all')
-    rows = [row for step in gpu_check.STEPS.values() for row in step.rows(cpu)]
+    cpu = gpu_check_steps.Check('cpu', 'py', tmp_path / 'check.md', 'all')
+    rows = [row for step in gpu_check_steps.STEPS.values() for row in step.rows(cpu)]
     assert [row.name for row in rows] == [
         'probe ops', 'contract fp32', 'contract bf16', 'contract fp16',
         'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
@@ -162,21 +174,26 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
                             '--master_port', '29561', 'tools/train.py')
     assert ddp.work == tmp_path / 'logs' / 'work_ddp' and 'randomness.deterministic=True' in ddp.argv
     assert 'train_dataloader.dataset.pipeline.2.scale=(64,64)' in ddp.argv
+    # the CPU variant: fewer RoIs a training step, one step a ladder row; every row still runs
+    assert all('model.train_cfg.rcnn.sampler.num=16' in row.argv for row in rows[4:7])
+    ladder = rows[10].argv
+    assert ladder[ladder.index('--repeat') + 1] == '0'
     monkeypatch.setenv('BENCH_BATCH', '4')
-    cuda = gpu_check.Check('cuda', 'py', tmp_path / 'check.md', 'all')
-    assert [row.name for row in gpu_check.STEPS['bench'].rows(cuda)] == [
+    cuda = gpu_check_steps.Check('cuda', 'py', tmp_path / 'check.md', 'all')
+    assert [row.name for row in gpu_check_steps.STEPS['bench'].rows(cuda)] == [
         'bench bf16 swin:tiny b4 800x1344', 'bench bf16 pvtv2:b2 b4 800x1344',
         'bench bf16 vit:b b4 800x1344']
-    vit = gpu_check.STEPS['bench'].rows(cuda)[2].argv
+    vit = gpu_check_steps.STEPS['bench'].rows(cuda)[2].argv
     assert vit[vit.index('--set'):][:3] == ('--set', 'use_rel_pos=True', 'final_norm=False')
-    compiled = gpu_check.STEPS['compiled'].rows(cuda)[0].argv
+    compiled = gpu_check_steps.STEPS['compiled'].rows(cuda)[0].argv
     assert compiled[compiled.index('--compile-backend') + 1] == 'inductor' and '--compare' in compiled
     assert rows[-1].argv[rows[-1].argv.index('--compile-backend') + 1] == 'aot_eager'
-    assert len(gpu_check.STEPS['amp-train'].rows(cuda)) == 2
+    assert len(gpu_check_steps.STEPS['amp-train'].rows(cuda)) == 2
+    assert not any('sampler' in arg for arg in gpu_check_steps.STEPS['ddp'].rows(cuda)[0].argv)
     monkeypatch.setenv('BENCH_MODELS', 'swin:tiny, vit:b')
-    assert [row.name for row in gpu_check.STEPS['compiled'].rows(cuda)] == [
+    assert [row.name for row in gpu_check_steps.STEPS['compiled'].rows(cuda)] == [
         'bench compiled swin:tiny b4 800x1344', 'bench compiled vit:b b4 800x1344']
-    swin = gpu_check.STEPS['detector'].rows(cuda)[0]
+    swin = gpu_check_steps.STEPS['detector'].rows(cuda)[0]
     assert swin.name == 'detector Mask R-CNN Swin-T b2 800x1333'
     assert swin.argv[1:] == ('tools/analysis/detector_speed.py', 'configs/mask_rcnn_swin_t_fpn_1x_coco.py',
                              '--device', 'cuda', '--batch', '2', '--size', '800', '1333', '--dtype',
@@ -204,6 +221,10 @@ def test_install_uses_carried_sets_else_the_mmcv_recipe(tmp_path, monkeypatch):
     core = tmp_path / '.whl' / 'core'
     assert calls == [('--no-index', '--no-deps', '--find-links', str(core), '-r',
                       str(core / 'requirements.txt'))]
+    # --install runs it as the first row, in a process of its own
+    row = gpu_check.install_row(gpu_check_steps.Check('cuda', 'py', tmp_path / 'check.md', 'all'))
+    assert row.log_name == 'install.log' and row.argv[-2:] == ('py', str(tmp_path / 'logs'))
+    assert 'gpu_check.install_stack(' in row.argv[2]
 
 
 def test_tarball_leaves_out_demo_data_and_checkpoints(tmp_path):

@@ -1,4 +1,4 @@
-"""tools/build_gpu_wheels.py (run by tools/build_gpu_wheels.sh): its help, its plan (cache key,
+"""tools/dev/build_gpu_wheels.py (run by tools/build_gpu_wheels.sh): its help, its plan (cache key,
 CUDA_HOME from nvcc), its wheel list and the machine's facts in it, and the pure parts of the build
 and the rehearsal (the list's sets, matching downloads, the manifest, the strip step, the import
 and training checks).
@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / 'tools' / 'build_gpu_wheels.sh'
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
-sys.path.insert(0, str(ROOT / 'tools'))
+sys.path[:0] = [str(ROOT / 'tools' / 'dev'), str(ROOT / 'tools')]
 import build_gpu_wheels  # noqa: E402
 import python_env  # noqa: E402
 
@@ -75,7 +75,7 @@ def test_shell_only_bootstraps():
 def test_unknown_option_is_refused():
     result = run('--no-such-option')
     assert result.returncode == 2
-    assert 'unknown option --no-such-option' in result.stderr
+    assert 'unrecognized arguments: --no-such-option' in result.stderr
     assert run('--rehearse', '--rebui').returncode == 2  # no abbreviations
 
 
@@ -126,7 +126,7 @@ def test_wheel_list_matches_the_pinned_stack():
 
 
 def test_fatbin_archs_and_arch_list_parsing():
-    """tools/mmcv_ext_info.py reads the kernel archs from fatbinary headers: a synthetic one."""
+    """tools/dev/mmcv_ext_info.py reads the kernel archs from fatbinary headers: a synthetic one."""
     import struct
     from mmcv_ext_info import cuda_launchers, expected_archs, fatbin_archs
 
@@ -149,7 +149,7 @@ def test_fatbin_archs_and_arch_list_parsing():
 def test_ext_info_loads_the_extension_without_mmcv_itself():
     """The build venv has no OpenCV, which mmcv's package __init__ imports: the extension is
     loaded on its own (here the suite's CPU build of mmcv)."""
-    code = ('import sys; sys.path.insert(0, "tools"); import mmcv_ext_info; '
+    code = ('import sys; sys.path.insert(0, "tools/dev"); import mmcv_ext_info; '
             'ext = mmcv_ext_info.load_ext(); '
             'print(ext.__name__, callable(ext.get_compiling_cuda_version), "mmcv" in sys.modules)')
     out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True)
@@ -166,7 +166,7 @@ def test_the_machine_is_the_lists_data_not_code():
     assert not any(e.name.startswith('@') for e in python_env.read_list(LIST.read_text()))
     with pytest.raises(KeyError, match='names no @arch'):
         python_env.read_target('@python 3.12\n@platforms any\n@build x\n@read y\n@max-set-mib 1\n')
-    for path in sorted((ROOT / 'tools').glob('*.py')):
+    for path in sorted([*(ROOT / 'tools').glob('*.py'), *(ROOT / 'tools' / 'dev').glob('*.py')]):
         text = path.read_text()
         for fact in ("'3.12'", "'9.0'", '2026-11-17', '60 MiB', 'manylinux'):
             assert fact not in text, (path.name, fact)
@@ -250,26 +250,19 @@ def test_import_check_reports_every_failure():
     failures = build_gpu_wheels.import_failures(modules, fake_import)
     assert failures == ['mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
                         'mmdet.models: RuntimeError: transformers 5']
-    assert build_gpu_wheels.imports_report(modules, failures).splitlines() == [
-        'REHEARSE imports 2/4 ok',
-        '  mmcv._ext: ImportError: libcudart.so.13: cannot open shared object file',
-        '  mmdet.models: RuntimeError: transformers 5']
-    assert build_gpu_wheels.imports_report(modules, []) == 'REHEARSE imports 4/4 ok'
     real = build_gpu_wheels.import_failures(['json', 'no_such_module_here'])
     assert len(real) == 1 and real[0].startswith('no_such_module_here: ModuleNotFoundError')
 
 
-def test_upernet_check_wants_two_finite_losses_and_one_miou(tmp_path):
-    rows = [{'loss': 3.14159, 'iter': 1}, {'loss': 2.5, 'iter': 2}, {'mIoU': 0.5, 'step': 2}]
-    line, ok = build_gpu_wheels.upernet_verdict(rows)
-    assert ok and line == 'REHEARSE UperNet Swin-T 2 iterations, losses [3.142, 2.5], val mIoU [0.5]: ok'
-    assert not build_gpu_wheels.upernet_verdict([{'loss': float('nan')}, *rows[1:]])[1]
-    assert not build_gpu_wheels.upernet_verdict(rows[:2])[1]  # no validation
+def test_upernet_check_is_the_training_check_with_its_miou(tmp_path, capsys):
     log = tmp_path / '20261126_000000' / 'vis_data' / 'scalars.json'
     log.parent.mkdir(parents=True)
+    rows = [{'loss': 3.14159, 'iter': 1}, {'loss': 2.5, 'iter': 2}, {'mIoU': 0.5, 'step': 2}]
     log.write_text(''.join(f'{__import__("json").dumps(r)}\n' for r in rows))
-    assert build_gpu_wheels.check_upernet_log(tmp_path) == 0
-    assert build_gpu_wheels.check_upernet_log(tmp_path / 'missing') == 1
+    assert build_gpu_wheels.check_upernet_log(str(tmp_path)) == 0
+    assert capsys.readouterr().out == ('REHEARSE UperNet Swin-T TRAIN 2 iterations, losses '
+                                       '[3.142, 2.5], val mIoU [0.5]: ok\n')
+    assert build_gpu_wheels.check_upernet_log(str(tmp_path / 'missing')) == 1
 
 
 def test_gpu_check_report_rows():
@@ -308,14 +301,15 @@ def test_strip_step_keeps_the_wheel_whole(tmp_path):
 
 def test_plan_from_options_and_environment(tmp_path):
     nvcc = fake_nvcc(tmp_path, release='13.0')
-    args = build_gpu_wheels.parse_args(['--out', 'rel_out', '--cache', str(tmp_path / 'c'), '--rebuild'])
+    args = build_gpu_wheels.build_parser().parse_args(['--out', 'rel_out', '--cache', str(tmp_path / 'c'),
+                                                        '--rebuild'])
     plan = build_gpu_wheels.make_plan(args, {'NVCC': str(nvcc), 'MAX_JOBS': '5', 'PATH': ''})
     assert plan.out == Path.cwd() / 'rel_out' and plan.rebuild and plan.jobs == 5 and plan.arch == '9.0'
     assert plan.key == 'mmcv2.1.0-torch2.11.0-cu13.0-py312-sm9.0'
     assert plan.build_specs() == ['torch==2.11.0', 'numpy>=2,<3', 'setuptools>=80,<82', 'wheel',
                                   'packaging>=24.2', 'ninja']  # requirements/dev.txt's build line
     assert plan.build_venv == tmp_path / 'c' / 'venv-build' and plan.sets == ['core']
-    bare = build_gpu_wheels.make_plan(build_gpu_wheels.parse_args([]),
+    bare = build_gpu_wheels.make_plan(build_gpu_wheels.build_parser().parse_args([]),
                                       {'XDG_CACHE_HOME': str(tmp_path / 'x'), 'PATH': ''})
     assert bare.cuda == 'none' and bare.cuda_root is None and bare.nvcc is None
     assert bare.cache == tmp_path / 'x' / 'mmvit_ext' / 'gpu_build' and bare.out == ROOT / '.whl'

@@ -1,7 +1,8 @@
-"""tools/setup_env.py, tools/mmcv_build.py, tools/python_env.py and tools/stack_tests.py: the
-decisions of the set-up (which stack and Python, which mmcv and build tools, the cache key, the
-build's environment, the stamp) and the shape of tools/: small bootstraps with one interpreter
-rule, one helper module. Nothing here installs, downloads or compiles."""
+"""tools/setup_env.py, tools/mmcv_build.py, tools/python_env.py and tools/dev/stack_tests.py:
+the decisions of the set-up (which stack and Python, which mmcv and build tools, the cache key,
+the build's environment, the stamp) and the shape of tools/: what a user runs at the top, the
+developer machinery in tools/dev/, small bootstraps with one interpreter rule, one helper module.
+Nothing here installs, downloads or compiles."""
 import os
 import re
 import stat
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'tools'))
+sys.path[:0] = [str(ROOT / 'tools'), str(ROOT / 'tools' / 'dev')]
 import mmcv_build  # noqa: E402
 import python_env  # noqa: E402
 import setup_env  # noqa: E402
@@ -138,14 +139,16 @@ DEMOS = ('demo.sh', 'seg_demo.sh')
 
 @pytest.mark.parametrize('script', sorted(p.name for p in (ROOT / 'tools').glob('*.sh')))
 def test_shell_only_bootstraps(script):
-    """Each bash entry point picks the interpreter by the one rule and execs a Python module, in
-    at most 8 lines; the two demos are the README's commands, steps a reader follows, kept whole."""
-    lines = [ln for ln in (ROOT / 'tools' / script).read_text().splitlines()
-             if ln.strip() and not ln.lstrip().startswith('#')]
+    """Each bash entry point picks the interpreter by the one rule and execs a Python module that
+    exists, in at most 8 lines, comments included; the two demos are the README's commands, steps
+    a reader follows, kept whole."""
+    text = (ROOT / 'tools' / script).read_text()
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith('#')]
     assert [ln for ln in lines if ln in RULE] == list(RULE), script
     assert not [ln for ln in lines if re.search(r'python3|\.venv', ln) and ln not in RULE], script
     if script not in DEMOS:
-        assert len(lines) <= 8 and lines[-1].startswith('exec "$PY" "$ROOT/tools/'), lines
+        assert len(text.splitlines()) <= 8 and lines[-1].startswith('exec "$PY" "$ROOT/tools/'), text
+        assert (ROOT / lines[-1].split('"$ROOT/')[1].split('"')[0]).is_file(), lines[-1]
 
 
 def test_bash_under_tools_and_ci_stays_small():
@@ -156,8 +159,9 @@ def test_bash_under_tools_and_ci_stays_small():
         assert not re.search(r'python\S*"? +- *<<', path.read_text()), path
 
 
-# top-level tools/*.py: what a user runs plus one helper module (issue #55 asks at most 1,600)
-TOOLS_LINES_NOW = 2310  # a ratchet: lower it as tools/ shrinks
+# top-level tools/*.py: what a user runs plus one helper module (issue #55: at most 1,600 lines);
+# the GPU wheel-set builder, the GPU check and the stack-test driver are tools/dev/'s
+TOOLS_LINES_NOW = 1153  # a ratchet: lower it as tools/ shrinks
 
 
 def _tools_lines() -> int:
@@ -166,18 +170,18 @@ def _tools_lines() -> int:
 
 def test_one_helper_module_for_pip_wheels_caches_and_the_interpreter():
     """pip, wheel files, the cache, the core count, the interpreter and the freshness stamp are
-    python_env's alone; no file over ~500 lines."""
-    for path in sorted((ROOT / 'tools').glob('*.py')):
+    python_env's alone, in tools/ and tools/dev/; no file there over 500 lines."""
+    for path in sorted([*(ROOT / 'tools').glob('*.py'), *(ROOT / 'tools' / 'dev').glob('*.py')]):
         text = path.read_text()
-        assert len(text.splitlines()) <= 530, path.name
+        assert len(text.splitlines()) <= 500, path.name
         if path.name != 'python_env.py':
             assert not re.search(r"'-m', 'pip'|def (pip|find_wheel|cpu_count|find_python|cache_dir|"
                                  r"is_fresh)\b|sched_getaffinity|XDG_CACHE_HOME'\)", text), path.name
 
 
 def test_tools_lines_do_not_grow():
-    """A ratchet: lower TOOLS_LINES_NOW as code goes, never raise it."""
-    assert _tools_lines() <= TOOLS_LINES_NOW, _tools_lines()
+    """A ratchet: lower TOOLS_LINES_NOW as code goes, never raise it; issue #55's bound holds."""
+    assert _tools_lines() <= min(TOOLS_LINES_NOW, 1600), _tools_lines()
 
 
 def test_help_of_the_bootstraps():

@@ -1,8 +1,6 @@
-"""mmcv with its compiled ops: the one recipe that builds and installs it, for
-``tools/setup_env.py`` (every stack, CPU or CUDA), ``tools/gpu_check.py`` (a GPU machine without
-carried wheels) and ``tools/build_gpu_wheels.py`` (a CUDA wheel for another machine). A built
-wheel is kept in ``python_env.cache_dir('mmcv')``, one folder per :func:`cache_key`. Standard
-library only: it runs before any venv exists.
+"""mmcv with its compiled ops: the one recipe that builds and installs it, for tools/setup_env.py,
+tools/dev/gpu_check.py and tools/dev/build_gpu_wheels.py. A built wheel is kept in
+``python_env.cache_dir('mmcv')``, one folder per :func:`cache_key`. Standard library only.
 """
 from __future__ import annotations
 
@@ -28,6 +26,7 @@ PROBE = ('import sys, torch; from mmcv.ops import nms; d = sys.argv[1]; '
 INFO = ('import json, sys, torch; c = torch.cuda.is_available(); print(json.dumps(dict('
         'python="%d.%d" % sys.version_info[:2], torch=torch.__version__.split("+")[0], '
         'cuda=torch.version.cuda, device="cuda" if c else "cpu", '
+        'name=torch.cuda.get_device_name() if c else "cpu", '
         'capability="%d.%d" % torch.cuda.get_device_capability() if c else None)))')
 # torch's headers from 2.14 on refuse a C++17 compile; mmcv's setup.py names -std=c++17 for every
 # torch >= 1.13 (after torch's own flags, so it wins), which such a build must raise to C++20
@@ -84,7 +83,7 @@ def cache_key(pin: MmcvPin, torch_version: str, python: str, cuda: Optional[str]
 
 
 def torch_info(python: str) -> dict:
-    """Python, torch, torch's CUDA, the device torch sees and its capability, of ``python``."""
+    """Python, torch, torch's CUDA, the device torch sees, its name and capability, of ``python``."""
     out = subprocess.run([python, '-c', INFO], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

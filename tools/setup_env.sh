@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# README command: create or refresh .venv with the pinned stack (--help: the other stacks).
-# The logic is tools/setup_env.py (standard library only; $PYTHON is also the new venv's base).
-# Interpreter (one rule in every tools/*.sh): $PYTHON, else .venv/bin/python if it exists, else python3.
+# Create or refresh .venv with the pinned stack (--help: the other stacks); logic: tools/setup_env.py.
+# $PYTHON is also the new venv's base. Python (every tools/*.sh): $PYTHON, else .venv/bin/python, else python3.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$([[ -x $ROOT/.venv/bin/python ]] && echo "$ROOT/.venv/bin/python" || echo python3)}"

@@ -5,7 +5,7 @@ implementation of the same backbone holding our weights (checked to give our out
 place. Same heads, same weights, same synthetic annotated batch (mmdet's ``demo_mm_inputs``);
 forward + backward of the loss under autocast (as ``AmpOptimWrapper`` runs it), median of
 --repeat runs after --warmup, the two interleaved run by run. Prints images/s of each and the
-ratio, the last line a ``SUMMARY`` for scripts (tools/gpu_check.py's ``detector`` step).
+ratio, the last line a ``SUMMARY`` for scripts (tools/dev/gpu_check_steps.py's ``detector`` step).
 
 Example:
     python tools/analysis/detector_speed.py configs/mask_rcnn_swin_t_fpn_1x_coco.py

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import math
 import os
 import re
 import shlex
@@ -26,15 +24,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 import mmcv_build  # noqa: E402
+from gpu_check import check_training  # noqa: E402
 from python_env import (Entry, cache_dir, cpu_count, find_python, find_wheel,  # noqa: E402
                         install_wheel_sets, make_venv, mib, pinned, pip, python_version, read_list,
                         read_target, shipped_sets, specs_of, write_manifest, write_requirements)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIST = ROOT / 'tools' / 'gpu_wheels.txt'
 MODULES = ('cv2', 'mmcv', 'mmcv._ext', 'mmengine', 'mmengine.runner', 'mmdet.models',
            'mmdet.evaluation', 'mmseg.models', 'mmseg.evaluation', 'pycocotools.cocoeval',
@@ -49,7 +48,8 @@ SEG_OPTIONS = ('model.backbone.init_cfg=None', 'model.data_preprocessor.size=(12
                'train_cfg.val_interval=100', 'default_hooks.logger.interval=1',
                'default_hooks.checkpoint.interval=100', 'default_hooks.checkpoint.save_last=False')
 # a check of the rehearsal, run inside its venv: this module's function, mmvit_ext from the checkout
-IN_VENV = 'import sys; sys.path.append("tools"); import build_gpu_wheels as b; sys.exit(b.{}(*sys.argv[1:]))'
+IN_VENV = 'import sys; sys.path.append("tools/dev"); import build_gpu_wheels as b; sys.exit(b.{}(*sys.argv[1:]))'
+EXT_INFO = 'tools/dev/mmcv_ext_info.py'
 EPILOG = """\
 environment:
   TARGET_PYTHON         CPython of the list's @python for the venvs (default: pythonX.Y on PATH,
@@ -262,13 +262,13 @@ def build(plan: Plan, python: Path) -> None:
         pip(python, 'install', '-q', '--no-index', '--no-deps', '--force-reinstall',
             *sorted(str(p) for p in folder.glob('*.whl')))
     write_requirements(plan.out, plan.entries, plan.sets)
-    ext = subprocess.run([str(python), 'tools/mmcv_ext_info.py', '--expect-cuda', plan.cuda,
+    ext = subprocess.run([str(python), EXT_INFO, '--expect-cuda', plan.cuda,
                           '--expect-arch', plan.arch], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     if ext.returncode:
         raise BuildError(ext.stdout.strip() or 'mmcv._ext unreadable')
     now = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     manifest = write_manifest(plan.out, plan.sets, [
-        f'wheel set: {now}, built by tools/build_gpu_wheels.py',
+        f'wheel set: {now}, built by tools/dev/build_gpu_wheels.py',
         f'{ext.stdout.strip()} (get_compiling_cuda_version; kernels read from the fatbinary)',
         f'built with TORCH_CUDA_ARCH_LIST={plan.arch}, torch {plan.torch}, nvcc {plan.cuda}; '
         f'cache key {plan.key}'])
@@ -290,42 +290,25 @@ def import_failures(modules: Sequence[str],
     return failures
 
 
-def imports_report(modules: Sequence[str], failures: Sequence[str]) -> str:
-    """``REHEARSE imports 10/11 ok`` and an indented line per failure."""
-    head = f'REHEARSE imports {len(modules) - len(failures)}/{len(modules)} ok'
-    return '\n'.join([head, *(f'  {failure}' for failure in failures)])
-
-
 def check_imports() -> int:
-    """In the rehearsal venv: its versions and the import report; 1 if any module fails."""
-    sys.path[:] = [p for p in sys.path if Path(p or '.').resolve() != ROOT / 'tools']
+    """In the rehearsal venv: its versions, ``REHEARSE imports 10/11 ok`` and a line per failure;
+    1 if any module fails."""
+    tools = (ROOT / 'tools', ROOT / 'tools' / 'dev')  # no tools/ module shadows a package here
+    sys.path[:] = [p for p in sys.path if Path(p or '.').resolve() not in tools]
     import numpy
     import torch
     print(f'REHEARSE python {sys.version.split()[0]}, numpy {numpy.__version__}, '
           f'torch {torch.__version__} (CUDA {torch.version.cuda})')
     failures = import_failures(MODULES)
-    print(imports_report(MODULES, failures), flush=True)
+    print(f'REHEARSE imports {len(MODULES) - len(failures)}/{len(MODULES)} ok', flush=True)
+    print(''.join(f'  {failure}\n' for failure in failures), end='', flush=True)
     return 1 if failures else 0
 
 
-def upernet_verdict(rows: Sequence[dict]) -> Tuple[str, bool]:
-    """From the rows of mmengine's ``scalars.json``: two finite losses and one val mIoU."""
-    losses = [row['loss'] for row in rows if 'loss' in row]
-    miou = [row['mIoU'] for row in rows if 'mIoU' in row]
-    ok = len(losses) == 2 and all(math.isfinite(v) for v in losses) and len(miou) == 1
-    line = (f'REHEARSE UperNet Swin-T 2 iterations, losses {[round(v, 3) for v in losses]}, '
-            f'val mIoU {miou}: {"ok" if ok else "FAILED"}')
-    return line, ok
-
-
 def check_upernet_log(run_dir: str) -> int:
-    """The verdict on the newest ``*/vis_data/scalars.json`` of ``run_dir``, printed."""
-    logs = sorted(Path(run_dir).glob('*/vis_data/scalars.json'))
-    if not logs:
-        print(f'REHEARSE UperNet Swin-T 2 iterations: FAILED (no scalars.json in {run_dir})')
-        return 1
-    line, ok = upernet_verdict([json.loads(ln) for ln in logs[-1].read_text().splitlines() if ln.strip()])
-    print(line)
+    """check_training of ``run_dir``: two finite losses and one val mIoU, printed."""
+    ok, line = check_training(Path(run_dir), 'mIoU')
+    print(f'REHEARSE UperNet Swin-T {line}')
     return 0 if ok else 1
 
 
@@ -350,7 +333,7 @@ def rehearse(plan: Plan, python: Path) -> bool:
     roots = [f'{part}_dataloader.dataset.data_root={ade}' for part in ('train', 'val', 'test')]
     checks = {
         'imports': [[py, '-c', IN_VENV.format('check_imports')]],
-        'mmcv._ext': [[py, 'tools/mmcv_ext_info.py', '--expect-cuda', plan.cuda, '--expect-arch', plan.arch]],
+        'mmcv._ext': [[py, EXT_INFO, '--expect-cuda', plan.cuda, '--expect-arch', plan.arch]],
         'gpu_check': [['bash', 'tools/gpu_check.sh', '--device', 'cpu', '--out', str(report)]],
         'upernet': [[py, 'tools/make_ade_demo_data.py', '--out', str(ade), '--num-train', '2',
                      '--num-val', '1', '--size', '128', '128'],
@@ -399,16 +382,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """The options; an unknown one is refused with exit status 2, as argparse does."""
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        parser.print_usage(sys.stderr)
-        parser.exit(2, f'build_gpu_wheels: unknown option {unknown[0]}\n')
-    return args
-
-
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args)
     os.chdir(ROOT)  # tools/gpu_check.sh, tools/train.py and the imports of mmvit_ext run from here
@@ -432,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the subprocesses' in order
     try:
         return run(args)

@@ -1,9 +1,10 @@
 """What a built ``mmcv._ext`` holds: the CUDA version it was compiled for, the GPU archs of its
 kernels (read from the fatbinary headers in the shared object, so no cuobjdump and no GPU are
-needed) and the number of CUDA kernel launchers. Used by tools/build_gpu_wheels.py and its rehearsal.
+needed) and the number of CUDA kernel launchers. Used by tools/dev/build_gpu_wheels.py and its
+rehearsal.
 
 Example:
-    python tools/mmcv_ext_info.py --expect-cuda 13.0 --expect-arch 9.0
+    python tools/dev/mmcv_ext_info.py --expect-cuda 13.0 --expect-arch 9.0
     mmcv._ext: CUDA 13.0, kernels sm_90 x58, 312 CUDA kernel launchers: ok
 """
 import argparse

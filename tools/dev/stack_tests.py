@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import setup_env  # noqa: E402
 
 # the core of what a user of a stack runs: every backbone's contract, every checkpoint layout and
