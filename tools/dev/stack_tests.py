@@ -42,6 +42,8 @@ EXTRA = {
         'tests/test_configs.py::test_config_trains_one_step_and_predicts'
         '[configs/mmpretrain/pvtv2_b0_in1k.py]',
         'tests/test_timm_backbone.py', 'tests/test_env_check.py', 'tests/test_dinov3.py',
+        'tests/test_dinov3_adapter.py',
+        'tests/test_benchmark.py::test_dinov3_peer_is_timms_vit_dinov3_with_our_weights',
     ),
 }
 # the install lines run for real (pytest --install-lines), per stack
