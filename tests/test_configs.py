@@ -26,6 +26,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from mmvit_ext.engine import CpuAmpOptimWrapper, amp_on_cpu, keep_ops_float32
+from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import build_model, task_scope
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,10 @@ DEMO_CLASSES = ('circle', 'square', 'triangle', 'star', 'hexagon')
 DET_SCALE, DET_CROP = (64, 64), (32, 48)
 SEG_SCALE, SEG_CROP = (128, 64), (64, 64)
 CLS_CROP, CLS_EDGE = 64, 72
+# A trunk past this many parameters (about 12 dim^2 per block) steps at 1/16 of its width, its
+# depth, heads and block structure kept, and the head / neck channels that follow it scaled
+# alike: the DINOv3 ViT-7B's float32 weights alone (26.9 GB) exceed this machine's memory.
+BIG_TRUNK, BIG_TRUNK_SHRINK = 2e9, 16
 
 
 def test_configs_found():
@@ -107,6 +112,25 @@ def _fewer_proposals(model: dict) -> None:
         test['rcnn']['max_per_img'] = 20
 
 
+def _shrink_big_trunk(model: dict) -> None:
+    """A trunk over :data:`BIG_TRUNK` parameters cut to 1/16 of its width (module docstring)."""
+    backbone = model.backbone
+    cls = MODELS.get(backbone.type)
+    arch = backbone.get('arch')
+    if not isinstance(arch, str) or arch not in getattr(cls, 'arch_zoo', {}):
+        return
+    preset = dict(cls.arch_zoo[arch])
+    if 12 * preset['embed_dims'] ** 2 * preset['depth'] <= BIG_TRUNK:
+        return
+    backbone.arch = dict(preset, embed_dims=preset['embed_dims'] // BIG_TRUNK_SHRINK)
+    for part in (model.get('neck'), model.get('decode_head'), model.get('auxiliary_head')):
+        for key in ('in_channels', 'channels'):
+            if isinstance(part, dict) and key in part:
+                value = part[key]
+                part[key] = [v // BIG_TRUNK_SHRINK for v in value] if isinstance(
+                    value, (list, tuple)) else value // BIG_TRUNK_SHRINK
+
+
 def _dataset_cfg(cfg: Config, split: str, scope: str, roots: Path) -> dict:
     """The config's own dataset for ``split``, pointed at the demo data, sizes shrunk."""
     dataset = copy.deepcopy(cfg[f'{split}_dataloader'].dataset)
@@ -142,6 +166,7 @@ def _prepared(path: str, roots: Path):
     cfg = Config.fromfile(str(ROOT / path))
     assert cfg.model.backbone.type.startswith('mmvit_ext.')
     cfg.model.backbone.init_cfg = None
+    _shrink_big_trunk(cfg.model)
     cfg.model.setdefault('data_preprocessor', cfg.get('data_preprocessor'))  # as the Runner does
     scope = task_scope(cfg)
     if scope == 'mmseg':  # pad / crop size of the segmentor follows the crop
