@@ -45,12 +45,15 @@ def _tiny_segmentor(name: str, **backbone: object):
     return build_model(cfg, scope='mmseg'), arch
 
 
-def _saved_bytes(run: Callable[[], object]) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``run`` runs."""
+def _saved_bytes(run: Callable[[], object], model: torch.nn.Module) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``run`` runs, the
+    parameters of ``model`` left out (they are held anyway): the activations kept."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: Dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        seen[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        if tensor.untyped_storage().data_ptr() not in params:
+            seen[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         run()
@@ -64,9 +67,9 @@ def test_linear_probe_trunk_is_frozen_whole_and_saves_nothing_for_backward(name)
     assert backbone.out_indices == (arch['depth'] - 1,) and backbone.out_norm
     assert not [n for n, p in backbone.named_parameters() if p.requires_grad]
     x = torch.randn(2, 3, 64, 48)
-    frozen = _saved_bytes(lambda: backbone(x))
+    frozen = _saved_bytes(lambda: backbone(x), backbone)
     trainable, _ = _tiny_segmentor(name, peer='mmseg', frozen_stages=-1)
-    control = _saved_bytes(lambda: trainable.backbone.train()(x))
+    control = _saved_bytes(lambda: trainable.backbone.train()(x), trainable)
     print(f'{name} tiny trunk saved for backward: frozen {frozen} B, trainable {control} B')
     assert frozen == 0 and control > 0
 
@@ -126,7 +129,7 @@ def test_linear_probe_steps_under_bf16_autocast_end_to_end():
 def _grads_and_saved(model: VisionTransformer, x: torch.Tensor):
     model.zero_grad()
     outs = []
-    saved = _saved_bytes(lambda: outs.extend(model(x)))
+    saved = _saved_bytes(lambda: outs.extend(model(x)), model)
     sum(o.square().mean() for o in outs).backward()
     return saved, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -145,7 +148,7 @@ def test_checkpointing_dial_on_the_large_trunks(name):
     if name == 'dinov3_vith16plus':
         mlp = plain.blocks[0].mlp
         assert mlp.fc1.out_features == 2 * mlp.fc2.in_features  # SwiGLU: gate and value
-    x = torch.randn(2, 3, 64, 48)
+    x = torch.randn(1, 3, 48, 32)
     saved = {'none': None}
     saved['none'], reference = _grads_and_saved(plain, x)
     settings = {'all': True, 'half': depth // 2, 'attn': 'attn', 'mlp': 'mlp',
@@ -155,9 +158,9 @@ def test_checkpointing_dial_on_the_large_trunks(name):
         model.load_state_dict(plain.state_dict())
         saved[key], grads = _grads_and_saved(model, x)
         assert grads.keys() == reference.keys(), key
-        for param, grad in grads.items():
-            torch.testing.assert_close(grad, reference[param], rtol=1e-4, atol=1e-6,
-                                       msg=f'{key}: {param}')
+        torch.testing.assert_close(torch.cat([g.flatten() for g in grads.values()]),
+                                   torch.cat([reference[n].flatten() for n in grads]),
+                                   rtol=1e-4, atol=1e-6, msg=key)
     print(f'{name} tiny trunk saved for backward (bytes):', saved)
     assert saved['all'] < saved['half'] < saved['none']
     assert 0.35 < (saved['none'] - saved['half']) / (saved['none'] - saved['all']) < 0.65

@@ -3,7 +3,8 @@
 # the frozen 6.7 B-parameter trunk over the GPUs, each of its 40 blocks one FSDP unit
 # (mmvit_ext.backbone_block_policy); the trunk's weights are gathered in bf16 (mixed precision),
 # the BatchNorm + 1x1 conv head trains in the root unit, gradients reduced in float32. The frozen
-# trunk keeps no activations for backward, so no checkpointing is needed.
+# trunk keeps no activations for backward (0 bytes saved, tests/test_dinov3_recipes.py), so no
+# checkpointing is needed.
 # Published (DINOv3 paper, Table 3, ViT-7B): 55.9 mIoU (official run: float32).
 # Weights: dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth at checkpoints/.
 #   bash tools/dist_train.sh configs/fsdp/dinov3_vit7b16_linear_fsdp_512x512_40k_ade20k.py 8
