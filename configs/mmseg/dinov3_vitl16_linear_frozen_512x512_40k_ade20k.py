@@ -2,8 +2,10 @@
 # 512x512 (dinov3/eval/segmentation/configs/config-ade20k-linear-training.yaml): the last block's
 # patch tokens through the trunk's output norm (backbone_out_layers LAST, use_backbone_norm),
 # then Dropout2d 0.1, BatchNorm and one 1x1 conv (mmvit_ext.BNLinearHead); AdamW lr 1e-3, wd 1e-3,
-# 1500 warm-up iterations then cosine to 0 over 40k, 16 images per step (8 GPUs x 2), slide test
-# 512 / stride 341, float32. Published (DINOv3 paper, Table 14, ViT-L): 54.9 mIoU.
+# 1500 warm-up iterations then cosine to 0 over 40k, 16 images per step (8 GPUs x 2), mmseg's
+# ADE20K augmentation (random scale 0.5-2 of 512 px, 512 crop with cat_max_ratio 0.75, flip,
+# photometric distortion: the official set), slide test 512 / stride 341, float32.
+# Published (DINOv3 paper, arXiv 2508.10104, ViT-L distilled): 54.9 mIoU.
 # Weights: the official dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth at checkpoints/ (the file
 # name of dinov3/hub/backbones.py; auto-detected layout).
 _base_ = '../_base_/fpn_40k.py'
@@ -41,15 +43,6 @@ model = dict(
         loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)),
     test_cfg=dict(mode='slide', crop_size=(512, 512), stride=(341, 341)))
 
-train_pipeline = [  # the official augmentation: random scale 0.5-2.0, 512 crop, flip
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='RandomResize', scale=(2048, 512), ratio_range=(0.5, 2.0), keep_ratio=True),
-    dict(type='RandomCrop', crop_size=(512, 512), cat_max_ratio=0.75),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='PackSegInputs'),
-]
-train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 optim_wrapper = dict(optimizer=dict(lr=1e-3, betas=(0.9, 0.999), weight_decay=1e-3),
                      paramwise_cfg=dict(_delete_=True))
 param_scheduler = [
