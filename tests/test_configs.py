@@ -5,8 +5,8 @@ Each config is used as shipped: its model, its optim_wrapper (built with mmengin
 Only data roots / annotation files and image sizes are overridden (the sizes in the pipeline's
 resize / crop transforms and the segmentor's pad size, and the two-stage detectors' proposal /
 RoI sample counts, which set the cost of a CPU step: 50 proposals and 32 sampled RoIs per image
-instead of 1000 and 512; a 7B trunk and its head at a few blocks and 1/64 of their widths,
-``TINY_TRUNKS``), and the backbone's ``init_cfg`` is set to None: no weights are at hand
+instead of 1000 and 512; a trunk too big for this machine, the 7B, at 1/16 of its width, its
+neck and heads alike, ``BIG_TRUNK``), and the backbone's ``init_cfg`` is set to None: no weights are at hand
 here, loading is tested in test_load_paths / test_layouts. AmpOptimWrapper needs an accelerator;
 on CPU those configs step through mmvit_ext's CPU bf16 one (as tools/train.py runs them there),
 with mmcv's ops kept in float32 (mmvit_ext.engine.precision). Budget: see the README's model-zoo note.
@@ -27,6 +27,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from mmvit_ext.engine import CpuAmpOptimWrapper, amp_on_cpu, keep_ops_float32
+from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import build_model, task_scope
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,10 @@ DEMO_CLASSES = ('circle', 'square', 'triangle', 'star', 'hexagon')
 DET_SCALE, DET_CROP = (64, 64), (32, 48)
 SEG_SCALE, SEG_CROP = (128, 64), (64, 64)
 CLS_CROP, CLS_EDGE = 64, 72
+# A trunk past this many parameters (about 12 dim^2 per block) steps at 1/16 of its width, its
+# depth, heads and block structure kept, and every width of the neck and heads that follow it
+# scaled alike: the DINOv3 ViT-7B's float32 weights alone (26.9 GB) exceed this machine's memory.
+BIG_TRUNK, BIG_TRUNK_SHRINK = 2e9, 16
 
 
 def test_configs_found():
@@ -108,10 +113,8 @@ def _fewer_proposals(model: dict) -> None:
         test['rcnn']['max_per_img'] = 20
 
 
-# a trunk too big for a CPU step (the 7B DINOv3) steps as a 4-block trunk of its kind at 64
-# channels, its head at the same fraction of its widths
-TINY_TRUNKS = {'dinov3_vit7b16': dict(embed_dims=64, depth=4, num_heads=2)}
-HEAD_WIDTHS = ('in_channels', 'feat_channels', 'out_channels', 'embed_dims',
+# every width of the neck and heads, narrowed with a big trunk
+HEAD_WIDTHS = ('in_channels', 'channels', 'feat_channels', 'out_channels', 'embed_dims',
                'feedforward_channels', 'num_feats')
 
 
@@ -130,16 +133,20 @@ def _narrow(node, scale: int) -> None:
                 _narrow(value, scale)
 
 
-def _tiny_trunk(model: dict) -> None:
-    """A :data:`TINY_TRUNKS` backbone shrunk (its preset's kind: FFN, norms, biases), the
-    interaction blocks its default for the depth, the decode head narrowed alike."""
-    from mmvit_ext.backbones.vit import VisionTransformer
-    tiny = TINY_TRUNKS.get(model.backbone.get('arch'))
-    if tiny is None:
+def _shrink_big_trunk(model: dict) -> None:
+    """A trunk over :data:`BIG_TRUNK` parameters cut to 1/16 of its width (module docstring),
+    the neck and heads narrowed alike."""
+    backbone = model.backbone
+    cls = MODELS.get(backbone.type)
+    arch = backbone.get('arch')
+    if not isinstance(arch, str) or arch not in getattr(cls, 'arch_zoo', {}):
         return
-    preset = VisionTransformer.arch_zoo[model.backbone.arch]
-    model.backbone.update(arch=dict(preset, **tiny), interaction_indexes=None)
-    _narrow(model.decode_head, preset['embed_dims'] // tiny['embed_dims'])
+    preset = dict(cls.arch_zoo[arch])
+    if 12 * preset['embed_dims'] ** 2 * preset['depth'] <= BIG_TRUNK:
+        return
+    backbone.arch = dict(preset, embed_dims=preset['embed_dims'] // BIG_TRUNK_SHRINK)
+    for part in ('neck', 'decode_head', 'auxiliary_head'):
+        _narrow(model.get(part), BIG_TRUNK_SHRINK)
 
 
 def _dataset_cfg(cfg: Config, split: str, scope: str, roots: Path) -> dict:
@@ -177,12 +184,12 @@ def _prepared(path: str, roots: Path):
     cfg = Config.fromfile(str(ROOT / path))
     assert cfg.model.backbone.type.startswith('mmvit_ext.')
     cfg.model.backbone.init_cfg = None
+    _shrink_big_trunk(cfg.model)
     cfg.model.setdefault('data_preprocessor', cfg.get('data_preprocessor'))  # as the Runner does
     scope = task_scope(cfg)
     if scope == 'mmseg':  # pad / crop size of the segmentor follows the crop
         cfg.model.data_preprocessor.size = SEG_CROP
     _fewer_proposals(cfg.model)
-    _tiny_trunk(cfg.model)
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
     amp_on_cpu(optim_cfg)
     __import__(f'{scope}.datasets')

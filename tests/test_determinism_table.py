@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_flatten
 
 from mmvit_ext.engine import check_cuda_determinism, nondeterministic_cuda_modules
 from mmvit_ext.errors import ConfigError
+from mmvit_ext.backbones import BaseBackbone
 from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import build_model, task_scope
 from backbone_cases import SMALL
@@ -120,8 +121,9 @@ class RefusedOpsByModule(TorchDispatchMode):
 
 
 def _registered() -> List[str]:
-    MODELS.import_from_location()
-    return sorted(MODELS.module_dict)
+    MODELS.import_from_location()  # backbones only: a config may import mmvit_ext.heads
+    return sorted(name for name, cls in MODELS.module_dict.items()
+                  if isinstance(cls, type) and issubclass(cls, BaseBackbone))
 
 
 def _backbone(name: str) -> nn.Module:
