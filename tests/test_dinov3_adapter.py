@@ -14,6 +14,7 @@ from mmvit_ext.backbones import ViTAdapter
 from mmvit_ext.backbones.dinov3_adapter import DINOv3Adapter, official_interaction_indexes
 from mmvit_ext.backbones.vocabulary import ConfigError
 from mmvit_ext.layers import MSDeformAttn
+from test_vit_adapter_reference import _perturbed
 from vit_peers import dinov3_ours
 
 TOL = 1e-4
@@ -32,17 +33,8 @@ def _ours(**kwargs) -> DINOv3Adapter:
 
 
 def _reference(seed: int) -> DINOv3AdapterReference:
-    model = DINOv3AdapterReference(CFG['embed_dim'], INDEXES, **ADAPTER)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # every weight and statistic off its init
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=gen) * 0.05)
-        for name, buffer in model.named_buffers():
-            if name.endswith('running_mean'):
-                buffer.copy_(torch.randn(buffer.shape, generator=gen) * 0.1)
-            elif name.endswith('running_var'):
-                buffer.copy_(torch.rand(buffer.shape, generator=gen) + 0.5)
-    return model.eval()
+    # every weight and statistic off its init, as the czczup form's reference test does
+    return _perturbed(DINOv3AdapterReference(CFG['embed_dim'], INDEXES, **ADAPTER), seed)
 
 
 def _pretrained(*paths) -> DINOv3Adapter:

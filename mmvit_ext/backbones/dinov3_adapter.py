@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import map_to_tokens, pad_to_multiple, tokens_to_map
+from ..layers import tokens_to_map
 from ..layers.deform_attn import reference_points
 from ..layers.shapes import Size2
 from .vit import VisionTransformer
@@ -212,11 +212,7 @@ class DINOv3Adapter(ViTAdapter):
 
     def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]
-        x = pad_to_multiple(x, (32, 32))  # every level an exact grid
-        c1, *priors = self.spm(x)
-        c_sizes = [tuple(p.shape[2:]) for p in priors]
-        c = torch.cat([map_to_tokens(p) + self.spm.level_encoding[i]
-                       for i, p in enumerate(priors)], dim=1)
+        x, c1, c, c_sizes = self.spatial_prior(x)
         feats, hw = self.trunk_features(x)
         ref_prior = reference_points(c_sizes, x.device)
         vit_maps = []

@@ -376,14 +376,21 @@ class ViTAdapter(VisionTransformer):
             return checkpoint_block(module, *args)
         return module(*args)
 
-    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        height, width = x.shape[2:]
-        x = pad_to_multiple(x, (32, 32))  # every level an exact grid
+    def spatial_prior(self, x: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[Size2]]:
+        """The input zero-padded to a multiple of 32 (every level an exact grid), the SPM's
+        stride-4 map ``c1``, and its stride 8/16/32 maps as one token sequence with their level
+        encodings, and those maps' sizes."""
+        x = pad_to_multiple(x, (32, 32))
         c1, *priors = self.spm(x)
         c_sizes = [tuple(p.shape[2:]) for p in priors]
         c = torch.cat([map_to_tokens(p) + self.spm.level_encoding[i]
-                       for i, p in enumerate(priors)],
-                      dim=1)
+                       for i, p in enumerate(priors)], dim=1)
+        return x, c1, c, c_sizes
+
+    def forward_features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        height, width = x.shape[2:]
+        x, c1, c, c_sizes = self.spatial_prior(x)
         tokens, hw = self.embed_tokens(x)
         ref_vit = reference_points([hw], x.device)
         ref_prior = reference_points(c_sizes, x.device)
