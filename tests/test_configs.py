@@ -142,7 +142,8 @@ def _shrink_big_trunk(model: dict) -> None:
     if not isinstance(arch, str) or arch not in getattr(cls, 'arch_zoo', {}):
         return
     preset = dict(cls.arch_zoo[arch])
-    if 12 * preset['embed_dims'] ** 2 * preset['depth'] <= BIG_TRUNK:
+    depth = preset.get('depth')  # plain trunks; the pyramids' stages are far below the bound
+    if not isinstance(depth, int) or 12 * preset['embed_dims'] ** 2 * depth <= BIG_TRUNK:
         return
     backbone.arch = dict(preset, embed_dims=preset['embed_dims'] // BIG_TRUNK_SHRINK)
     for part in ('neck', 'decode_head', 'auxiliary_head'):

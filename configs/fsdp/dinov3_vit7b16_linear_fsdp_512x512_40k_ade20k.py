@@ -8,12 +8,5 @@
 # Published (DINOv3 paper, arXiv 2508.10104, ViT-7B): 55.9 mIoU (official run: float32).
 # Weights: dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth at checkpoints/.
 #   bash tools/dist_train.sh configs/fsdp/dinov3_vit7b16_linear_fsdp_512x512_40k_ade20k.py 8
-_base_ = '../mmseg/dinov3_vit7b16_linear_frozen_512x512_40k_ade20k.py'
-
-runner_type = 'FlexibleRunner'
-strategy = dict(
-    type='FSDPStrategy',
-    model_wrapper=dict(
-        auto_wrap_policy=dict(type='mmvit_ext.backbone_block_policy'),
-        mixed_precision=dict(param_dtype='bfloat16', reduce_dtype='float32',
-                             buffer_dtype='float32')))
+_base_ = ['../mmseg/dinov3_vit7b16_linear_frozen_512x512_40k_ade20k.py',
+          '../_base_/fsdp_blocks.py']

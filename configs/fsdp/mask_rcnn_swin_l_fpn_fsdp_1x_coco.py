@@ -4,7 +4,7 @@
 # Dialable checkpointing (with_cp) keeps activations down: 'attn' recomputes only the attention
 # branch of every block. frozen_stages and layer decay work as without FSDP.
 #   bash tools/dist_train.sh configs/fsdp/mask_rcnn_swin_l_fpn_fsdp_1x_coco.py 8
-_base_ = '../mask_rcnn_swin_t_fpn_1x_coco.py'
+_base_ = ['../mask_rcnn_swin_t_fpn_1x_coco.py', '../_base_/fsdp_blocks.py']
 
 pretrained = 'checkpoints/swin_large_patch4_window7_224_22k.pth'
 model = dict(
@@ -12,12 +12,5 @@ model = dict(
                   init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[192, 384, 768, 1536]))
 
-runner_type = 'FlexibleRunner'
-strategy = dict(
-    type='FSDPStrategy',
-    model_wrapper=dict(
-        auto_wrap_policy=dict(type='mmvit_ext.backbone_block_policy'),
-        mixed_precision=dict(param_dtype='bfloat16', reduce_dtype='float32',
-                             buffer_dtype='float32')))
 optim_wrapper = dict(constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
                      paramwise_cfg=dict(layer_decay_rate=0.9))
