@@ -89,8 +89,9 @@ def train_and_evaluate(tmp_path: Path, seed: int = 0) -> dict:
     losses = [json.loads(line)['loss'] for line in
               next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()
               if '"loss"' in line]
-    return dict(untrained=_bbox_map(tmp_path / 'untrained'), trained=_bbox_map(tmp_path / 'trained'),
-                losses=losses, checkpoint=checkpoint, preds=tmp_path / 'preds.pkl')
+    return dict(untrained=_bbox_map(tmp_path / 'untrained'),
+                trained=_bbox_map(tmp_path / 'trained'), losses=losses, checkpoint=checkpoint,
+                preds=tmp_path / 'preds.pkl')
 
 
 def test_training_beats_untrained_and_test_tool_reads_its_checkpoint(tmp_path):
