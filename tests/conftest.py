@@ -54,12 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.durations = 25
 
 
-# Under pytest-xdist (``-n 2``), files measured slowest (seconds at one thread each, 2026-11-27)
-# start first, so that the short ones fill in around them instead of one core finishing alone
-SLOW_FILES_FIRST = ('test_learning.py',  # 572: a Mask R-CNN trained for 80 iterations
-                    'test_onnx_export.py',  # 398
+# Under pytest-xdist (``-n 2``), files measured slowest (seconds at one thread each, 2026-11-27;
+# test_learning 2026-11-28) start first, so that the short ones fill in around them instead of
+# one core finishing alone
+SLOW_FILES_FIRST = ('test_onnx_export.py',  # 398
                     'test_gpu_check.py',  # 364: every step, CPU variant
                     'test_configs.py',  # 260+
+                    'test_learning.py',  # 131 s of CPU: a Mask R-CNN trained for 128 iterations
                     'test_numerics.py', 'test_resume.py', 'test_seg_learning.py')
 
 
