@@ -44,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption('--install-lines', action='store_true',
                      help="run the docs' install lines for real (new venvs, pip, network): "
                           'tests/test_install_lines.py; tools/test_stack.sh passes it')
+    parser.addoption('--unpinned-torch', action='store_true',
+                     help="with --install-lines: the new-environment blocks with their torch line "
+                          "unpinned, as the day's index resolves it (by hand, every stop)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -182,3 +182,29 @@ def test_image_demo_draws_detections(tmp_path):
 def test_tools_have_help_with_an_example(tool):
     result = _run(tool, '--help')
     assert result.returncode == 0 and 'Example:' in result.stdout
+
+
+# ---- device_check: a plain op wrong on the platform is named, not blamed on a family ---------
+class _WrongInBf16(torch.nn.Conv2d):
+    """A convolution as a buggy bf16 kernel computes it (oneDNN AMX, docs/install.md): the right
+    result in float32, twice it in bfloat16."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out * 2 if out.dtype == torch.bfloat16 else out
+
+
+def test_device_check_names_a_wrong_plain_op_as_the_platform():
+    from device_check import platform_errors
+    torch.manual_seed(0)
+    model = DeepViT(arch=TINY_DEEPVIT, out_indices=(3,)).eval()
+    cpu = torch.device('cpu')
+    x = torch.randn(1, 3, 64, 48)
+    assert platform_errors(model, x, cpu, 'bf16') == []  # every plain op right here
+    proj = model.patch_embed.proj  # the conv stem's 8x8 stride-8 projection of 8 channels
+    wrong = _WrongInBf16(proj.in_channels, proj.out_channels, proj.kernel_size, proj.stride)
+    wrong.load_state_dict(proj.state_dict())
+    model.patch_embed.proj = wrong
+    found = platform_errors(model, x, cpu, 'bf16')
+    assert len(found) == 1 and found[0].startswith('patch_embed.proj ') and 'off by 1.0e+00' \
+        in found[0], found

@@ -2,14 +2,18 @@
 
 Each fenced shell block holding an install line carries a tag, ``<!-- install: KIND STACK -->``:
 ``new`` blocks make a new environment of that stack's kind, ``existing`` blocks add mmvit_ext to
-one that has its stack. The fast tests check the tags, the build tools and the ``tests`` extra.
-The real runs (``--install-lines``; ``tools/test_stack.sh pinned|newest`` passes it) read each
-block from its page and run it as written with bash in a new venv of the stack's Python, pip
-constrained to the stack's requirements file (the versions that stack tests) and its mmcv build
-cache as a find-links folder (each compile happens once, in ``tools/setup_env.sh``); then the
-demo detector trains one step with ``mmcv._ext`` present, and the ``existing`` blocks change none
-of the packages the environment had. The same real runs resolve every extra in a new
-environment (``pip install --dry-run --report``) and check it against the known breaks.
+one that has its stack. The fast tests check the tags, the torch pins, the build tools and the
+``tests`` extra. The real runs (``--install-lines``; ``tools/test_stack.sh pinned|newest`` passes
+it) run each block as written, line by line with bash, in a new venv of the stack's Python and a
+shell with no pip settings of ours (no constraints, no index or find-links options); the one
+exception is a compile cache: the line that builds mmcv finds the wheel an earlier build of the
+same mmcv against the same torch and Python made (``tools/setup_env.sh``'s cache, keyed by what
+the block itself installed), so a cached run installs what an uncached one builds. Then the demo
+detector trains one step with ``mmcv._ext`` present, and the ``existing`` blocks change none of
+the packages the environment had. ``--unpinned-torch`` runs the ``new`` blocks with their torch
+line as ``pip install torch torchvision`` (the day's index; by hand, every stop: the note names
+the torch it got). The same real runs resolve every extra in a new environment
+(``pip install --dry-run --report``) and check it against the known breaks.
 """
 import ast
 import json
@@ -21,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 from packaging.requirements import Requirement
@@ -78,21 +82,42 @@ def test_every_install_line_is_in_a_block_the_tests_run():
 
 
 def test_new_blocks_run_in_the_working_order_with_the_pinned_build_tools():
-    """torch; the build tools of requirements/dev.txt (the fix line of an mmcv without ops names
-    the same); mmcv without build isolation; then the extras of the stack's kind."""
+    """torch and torchvision pinned to the stack's pair (what its mmcv is built and tested
+    against, on any day); the build tools of requirements/dev.txt (the fix line of an mmcv
+    without ops names the same); mmcv without build isolation; then the extras of the stack's
+    kind."""
     tools = ' '.join(f'"{t}"' if re.search('[<>]', t) else t
                      for t in distributions.OPS_BUILD_TOOLS)
     kinds = {'pinned': ('mmcv==2.1.0', 'openmmlab'),
              'newest': ('./mmcv_src/onedl_mmcv-2.3.6', 'onedl')}  # its source raised to C++20
     for stack, (mmcv, extra) in kinds.items():
-        pin = mmcv_build.pin_from_requirements((ROOT / setup_env.STACKS[stack]).read_text())
+        _, text, pins = _stack_facts(stack)
+        pin = mmcv_build.pin_from_requirements(text)
         assert pin.wheel_prefix in mmcv.replace('==', '-')
-        for text in blocks_of('new', stack):
-            lines = text.strip().splitlines()
-            assert lines[0] == 'pip install torch torchvision', text
-            assert lines[1] == f'pip install {tools} numpy', text
-            assert f'pip install --no-build-isolation --no-cache-dir {mmcv}' in lines[2:-1], text
-            assert lines[-1].startswith(f'pip install ".[{extra},'), text
+        for block in blocks_of('new', stack):
+            lines = block.strip().splitlines()
+            assert lines[0] == (f'pip install torch=={pins["torch"]} '
+                                f'torchvision=={pins["torchvision"]}'), block
+            assert lines[1] == f'pip install {tools} numpy', block
+            assert f'pip install --no-build-isolation --no-cache-dir {mmcv}' in lines[2:-1], block
+            assert lines[-1].startswith(f'pip install ".[{extra},'), block
+
+
+def test_the_docs_say_why_torch_is_pinned_and_what_the_newest_breaks():
+    """docs/install.md gives the reason for the pins and names the build break of the index's
+    newest torch with mmcv 2.1.0 (the unpinned OpenMMLab block, run by hand)."""
+    text = (ROOT / 'docs' / 'install.md').read_text()
+    assert 'the pair its mmcv is built and tested against' in text
+    assert '#error C++20 or later compatible compiler is required to use ATen' in text
+    assert re.search(r'\| mmcv 2\.1\.0 built against torch >= 2\.14', text)
+
+
+def test_unpinned_blocks_differ_from_the_pinned_ones_only_in_the_torch_line():
+    for stack in ('pinned', 'newest'):
+        for block in blocks_of('new', stack):
+            free = _unpinned(block).splitlines()
+            assert free[0] == 'pip install torch torchvision'
+            assert free[1:] == block.strip().splitlines()[1:]
 
 
 def _third_party_imports() -> Dict[str, str]:
@@ -148,21 +173,45 @@ def _new_venv(stack: str, where: Path) -> Path:
     return where / 'bin' / 'python'
 
 
-def _env(venv_python: Path, stack: str) -> dict:
-    """A user's shell in that venv; pip held to the stack's versions, its mmcv build found."""
-    path, text, pins = _stack_facts(stack)
-    pin = mmcv_build.pin_from_requirements(text)
-    python = '%s.%s' % tuple(subprocess.run(
-        [str(venv_python), '-c', 'import sys; print(*sys.version_info[:2])'],
-        capture_output=True, text=True, check=True).stdout.split())
-    cache = python_env.cache_dir('mmcv') / mmcv_build.cache_key(pin, pins['torch'], python)
+def _env(venv_python: Path) -> dict:
+    """A user's shell in that venv: nothing of ours for pip (no ``PIP_*``, no ``PYTHON*``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTHON', 'PIP_'))}
-    env.update(VIRTUAL_ENV=str(venv_python.parent.parent), PIP_CONSTRAINT=str(path),
-               PATH=f'{venv_python.parent}{os.pathsep}{os.environ["PATH"]}',
-               PIP_DISABLE_PIP_VERSION_CHECK='1')
-    if cache.is_dir():
-        env['PIP_FIND_LINKS'] = str(cache)
+    env.update(VIRTUAL_ENV=str(venv_python.parent.parent),
+               PATH=f'{venv_python.parent}{os.pathsep}{os.environ["PATH"]}')
     return env
+
+
+MMCV_LINE = re.compile(r'^pip install --no-build-isolation .*\b((?:onedl-)?mmcv)==(\S+)$')
+
+
+def _compile_cache(python: Path, line: str) -> Optional[Path]:
+    """For a line that builds ``mmcv==X`` from the index: the cached wheel folder whose key is
+    that mmcv, the torch the block installed and the venv's Python, if one was built."""
+    found = MMCV_LINE.match(line)
+    if not found:
+        return None
+    have = _installed(python)
+    info = subprocess.run([str(python), '-c', 'import sys; print(*sys.version_info[:2])'],
+                          capture_output=True, text=True, check=True).stdout.split()
+    pin = mmcv_build.MmcvPin(found.group(1), found.group(2), ())
+    key = mmcv_build.cache_key(pin, have['torch'].split('+')[0], '.'.join(info))
+    folder = python_env.cache_dir('mmcv') / key
+    return folder if pin.wheel_in(folder) else None
+
+
+def _run_block(block: str, cwd: Path, python: Path) -> None:
+    """The block's lines in order, as a user's shell runs them; a line that builds mmcv finds
+    its compile cache (see :func:`_compile_cache`)."""
+    env = _env(python)
+    for line in block.strip().splitlines():
+        cache = _compile_cache(python, line)
+        _bash(line, cwd, {**env, 'PIP_FIND_LINKS': str(cache)} if cache else env)
+
+
+def _unpinned(block: str) -> str:
+    """The block with its torch line as a new user types it without pins (the day's newest)."""
+    return re.sub(r'^pip install torch==\S+ torchvision==\S+$', 'pip install torch torchvision',
+                  block.strip(), count=1, flags=re.M)
 
 
 def _sources(tmp: Path) -> Path:
@@ -239,21 +288,26 @@ def _stacks_with(kind: str) -> List[str]:
 
 @install_lines
 @pytest.mark.parametrize('stack', _stacks_with('new'))
-def test_a_new_environment_as_the_docs_say(stack, tmp_path):
+def test_a_new_environment_as_the_docs_say(stack, tmp_path, request):
     """Each distinct ``new`` block of the stack, in a venv of its own, then the demo step; then,
     in the last of those venvs with mmvit_ext removed, each ``existing`` block of the stack."""
     src, (_, _, pins) = _sources(tmp_path), _stack_facts(stack)
+    unpinned = request.config.getoption('--unpinned-torch')
     for i, block in enumerate(blocks_of('new', stack)):
         python = _new_venv(stack, tmp_path / f'venv{i}')
-        _bash(block, src, _env(python, stack))
+        _run_block(_unpinned(block) if unpinned else block, src, python)
         have = _installed(python)
-        assert have['torch'].split('+')[0] == pins['torch'], have['torch']
+        print(f'[install lines] {stack} block {i}: torch {have["torch"]}, torchvision '
+              f'{have.get("torchvision")}')
+        assert unpinned or have['torch'].split('+')[0] == pins['torch'], have['torch']
         _train_one_step(python, tmp_path / f'work{i}')
+    if unpinned:
+        return
     for j, block in enumerate(blocks_of('existing', stack)):
         subprocess.run([str(python), '-m', 'pip', 'uninstall', '-y', '-q', 'mmvit_ext'], check=True)
         shutil.rmtree(src / 'dist', ignore_errors=True)
         before = _installed(python)
-        _bash(block, src, _env(python, stack))
+        _run_block(block, src, python)
         after = _installed(python)
         changed = {name: (v, after.get(name)) for name, v in before.items() if after.get(name) != v}
         assert not changed, (block, changed)  # nothing the environment had changed

@@ -61,7 +61,11 @@ def test_deeper_pvt_and_unexpected_keys(tmp_path, warnings_logged):
     with flags.strict_loading(False):
         deeper.load_state_dict(source.state_dict())
     shallower = PyramidVisionTransformerV2(dict(PVT, depths=(1, 2, 1, 1)))
-    shallower.load_state_dict(source.state_dict())  # more than we need: a warning, not an error
+    with pytest.raises(CheckpointError, match=r'holds 20 tensors .* no place for: '
+                                              r'layers\.2\.blocks\.1\.'):
+        shallower.load_state_dict(source.state_dict())  # trunk tensors are never dropped quietly
+    with flags.strict_loading(False):  # unless a partial load is asked for: then a warning
+        shallower.load_state_dict(source.state_dict())
     assert len(shallower.load_report.unexpected) == 20
     assert any('20 keys unexpected' in r.getMessage() for r in warnings_logged)
 

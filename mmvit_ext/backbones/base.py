@@ -9,6 +9,7 @@ the channels and strides of every selectable level and ``out_indices``. Parts af
 selected level are not built (they would get no gradient, which breaks DDP).
 """
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -65,6 +66,11 @@ class AttentionBlock(NamedTuple):
     block: nn.Module
     attention: AttentionBase
     stride: int
+
+
+# checkpoint keys of classifier and pretraining heads: never a backbone's, dropped quietly
+HEAD_KEYS = re.compile(r'(head|heads|head_dist|fc|classifier|pre_logits|pooler|decoder\w*|'
+                       r'mask_token|fc_norm)(\.|$)')
 
 
 class BaseBackbone(BaseModule):
@@ -386,6 +392,8 @@ class BaseBackbone(BaseModule):
 
     # ---- analysis ------------------------------------------------------------------------------
     analysis_settings: Dict[str, Any] = {}
+    # (key pattern, the argument that builds its place): named by the unexpected-key error
+    build_hints: Tuple[Tuple[str, str], ...] = ()
     """Constructor arguments under which attention analysis tools build the family (e.g. global
     attention for the plain ViTs, as pretrained)."""
 
@@ -427,6 +435,21 @@ class BaseBackbone(BaseModule):
         reported as expected, never as an error."""
         prefixes = self.unbuilt_prefixes()
         return [k for k in keys if prefixes and k.startswith(prefixes)]
+
+    def unexpected_key_problem(self, key: str) -> Optional[str]:
+        """Why a checkpoint tensor this instance has no place for matters: ``None`` for a
+        classifier or pretraining head's (:data:`HEAD_KEYS`); otherwise the tensor with the
+        argument that would build its place (the family's ``build_hints``: pattern -> argument),
+        or with no argument where the family names none."""
+        if HEAD_KEYS.match(key):
+            return None
+        hint = next((arg for pattern, arg in self.build_hints if re.search(pattern, key)), None)
+        return f'{key}: build with {hint}' if hint else f'{key}: no part of this arch holds it (deeper or other parts?)'
+
+    def peer_drop(self, key: str) -> Optional[str]:
+        """Where the peer scope's own default leaves ``key``'s part out (the peer drops it from
+        its own weights too): which default; else ``None``."""
+        return None
 
     def adapt_state_dict(self, state_dict: StateDict) -> Tuple[StateDict, List[str]]:
         """Resize relative-position tables whose window differs from ours (square windows).

@@ -4,6 +4,7 @@ Keys follow the official layout (``layers.{i}.blocks.{j}``, ``layers.{i}.downsam
 of stage i), so the converter only renames the bias table and the final norm.
 """
 import math
+import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -351,6 +352,10 @@ class SwinTransformer(BaseBackbone):
 
     def adapt_state_dict(self, state_dict):
         state_dict, resized = super().adapt_state_dict(state_dict)
+        if 'norm.weight' in state_dict and not any(re.match(r'norm\d', k) for k in state_dict):
+            last = self.num_outputs - 1  # one final norm (mmpretrain's files before version 2)
+            state_dict = {(f'norm{last}.' + k[5:] if k.startswith('norm.') else k): v
+                          for k, v in state_dict.items()}
         pos = state_dict.get('absolute_pos_embed')
         if pos is not None and self.absolute_pos_embed is not None and pos.dim() == 3 \
                 and pos.shape != self.absolute_pos_embed.shape:

@@ -27,7 +27,7 @@ from .dinov3 import (DINOV3_KEYS, build_rope, dinov3_arch_zoo, fit_qkv_bias,
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos,  # noqa: F401
                           rel_pos_factors, rel_pos_lookup, resize_rel_pos)
-from .vit_peers import (PEER_DEFAULTS, VIT_VOCABULARY, peer_arch, read_peer_args,
+from .vit_peers import (VIT_VOCABULARY, Facts, peer_arch, preset_facts, read_peer_args,
                         resolve_layout, vit_peers)
 from .vocabulary import ConfigError, resolve_peer, translate
 
@@ -179,6 +179,11 @@ class VisionTransformer(PlainViTBase):
     optional_keys = frozenset({'mlp_ratio', 'patch_size', 'layer_scale', 'ffn', 'reg_tokens',
                                'interpolate_offset', 'img_size'}) | DINOV3_KEYS
     default_arch = 'b'
+    build_hints = ((r'^patch_embed\.proj\.bias$', 'patch_bias=True'),
+                   (r'^patch_embed\.norm\.', 'patch_norm=True'), (r'^norm_pre\.', 'pre_norm=True'),
+                   (r'^blocks\.\d+\.ls[12]\.', 'layer_scale=<its init, e.g. 1e-5>'),
+                   (r'^blocks\.\d+\.attn\.rel_pos_[hw]$', 'use_rel_pos=True'),
+                   (r'^pyramid\.', 'simple_pyramid=True'))
     # DeiT (Touvron et al., 2021) Table 1 and timm's counts: (M params, GFLOPs at 224)
     paper_figures = {'ti': (5.7, 1.3), 's': (22.1, 4.6), 'b': (86.6, 17.6)}
     # timm's DINOv3 for a RoPE trunk; timm's and mmpretrain's SAM ViT for our ViTDet ViT-B
@@ -194,7 +199,6 @@ class VisionTransformer(PlainViTBase):
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         name = type(self).__name__
         peer = resolve_peer(name, peer)
-        defaults = PEER_DEFAULTS[peer]
         # the peers' names checked once here, before they are read; explicit dims over the arch
         names = {k: v for k, v in kwargs.items() if k in self.vocabulary.names}
         _, settings = translate(type(self), dict(arch=peer_arch(arch, peer), init_cfg=init_cfg,
@@ -202,31 +206,37 @@ class VisionTransformer(PlainViTBase):
         for key in self.vocabulary.arch_args:
             kwargs.pop(key, None)
         options = read_peer_args(peer, kwargs)
-        out_type = defaults['out_type'] if out_type is None else out_type
-        if out_type not in VIT_OUT_TYPES:
-            raise ValueError(f'{name}: out_type must be one of {VIT_OUT_TYPES}, got {out_type!r}')
         for key, value in (('patch_size', patch_size), ('reg_tokens', reg_tokens),
                            ('layer_scale', layer_scale if layer_scale is not None
                             else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
-        if settings.get('rope') and with_cls_token is None:
-            with_cls_token = True  # DINOv3: the class token runs through the trunk
-        with_cls_token, final_norm, window_size, simple_pyramid = resolve_layout(
-            defaults, settings, out_type, with_cls_token, final_norm, window_size,
-            simple_pyramid)
+        given = dict(out_type=out_type, with_cls_token=with_cls_token, final_norm=final_norm,
+                     patch_bias=patch_bias if patch_bias is not None
+                     else options.get('patch_bias'), norm_eps=options.get('norm_eps'),
+                     simple_pyramid=simple_pyramid, drop_path_rate=kwargs.pop('drop_path_rate',
+                                                                              None))
+        given = {k: v for k, v in given.items() if v is not None}
+        if window_size != 'auto':
+            given['window_size'] = window_size
+        self.facts = Facts(given, preset_facts(self.arch_zoo, arch, peer, settings), peer,
+                           dict(patch_bias=not options['pre_norm']))
+        out_type = self.facts['out_type']
+        if out_type not in VIT_OUT_TYPES:
+            raise ValueError(f'{name}: out_type must be one of {VIT_OUT_TYPES}, got {out_type!r}')
+        with_cls_token, window_size, simple_pyramid = resolve_layout(self.facts, settings)
+        final_norm = self.facts['final_norm']
         self.output_cls_token = options['output_cls_token']
         self._check_options(settings, out_type, with_cls_token, use_rel_pos, window_size,
                             simple_pyramid)
         self.use_rel_pos = use_rel_pos
         self.with_patch_norm = options['patch_norm']
-        self.patch_bias = patch_bias if patch_bias is not None else \
-            options.get('patch_bias', defaults.get('patch_bias', not options['pre_norm']))
-        self.norm_eps = options.get('norm_eps', settings.get('norm_eps', defaults['norm_eps']))
+        self.patch_bias = self.facts['patch_bias']
+        self.norm_eps = self.facts['norm_eps']
         self.interpolate_mode = options['interpolate_mode']
         kwargs.setdefault('img_size', settings.pop('img_size', 224))
         settings.pop('img_size', None)
-        kwargs.setdefault('drop_path_rate', defaults['drop_path_rate'])
+        kwargs['drop_path_rate'] = self.facts['drop_path_rate']
         super().__init__(settings, out_type='featmap', simple_pyramid=simple_pyramid,
                          window_size=window_size, with_cls_token=with_cls_token,
                          final_norm=final_norm, peer=peer, init_cfg=init_cfg, **kwargs)
@@ -248,6 +258,15 @@ class VisionTransformer(PlainViTBase):
         self.fc_norm = self._layer_norm() if out_type == 'avg_featmap' else None
         self.interpolate_offset = float(settings.get('interpolate_offset', 0.0))
         self._freeze_stages()
+
+    def peer_drop(self, key: str) -> Optional[str]:
+        """mmseg's ViT builds no patch bias by default and drops it from its own weights."""
+        facts = getattr(self, 'facts', None)
+        if key == 'patch_embed.proj.bias' and facts is not None and \
+                facts.source('patch_bias') == 'scope':
+            return (f"{self.peer}'s VisionTransformer drops them by default (patch_bias=False; "
+                    f'patch_bias=True or a named preset keeps them: docs/migrating.md)')
+        return None
 
     def absolute_positions(self, settings: dict) -> bool:
         return not settings.get('rope')

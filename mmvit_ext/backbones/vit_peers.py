@@ -9,6 +9,7 @@ its ``frozen_stages=0`` freezes nothing; mmseg has no final norm, no patch bias 
 eps 1e-5 by default), the meaning follows the peer rule (docs/peer_semantics.md).
 """
 import copy
+from collections import ChainMap
 from numbers import Number
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -18,6 +19,7 @@ from torch import nn
 from ..layers.pyramid import level_sizes
 from .base import load_peer
 from .plain_vit import MMSEG_VIT_VOCABULARY
+from .vit_rel_pos import resize_rel_pos
 from .vocabulary import GELU, OURS, Vocabulary, equals
 
 
@@ -56,6 +58,46 @@ PEER_DEFAULTS: Dict[str, Dict[str, Any]] = {
 }
 
 
+FACT_LEVELS = ('argument', 'preset', 'scope', 'ours')
+
+
+class Facts(ChainMap):
+    """The settings that build a ViT, in the one order: an explicit argument, then the named
+    preset's facts, then the peer scope's default, then ours. ``None`` arguments are not given.
+    :meth:`source` names the level a setting came from (a checkpoint tensor the scope's default
+    leaves out is the peer's own drop; one an argument or a preset leaves out is an error).
+    ``arguments`` holds only what was given."""
+
+    def __init__(self, arguments: Mapping[str, Any], preset: Mapping[str, Any], peer: str,
+                 ours: Mapping[str, Any]) -> None:
+        scope = PEER_DEFAULTS[peer] if peer != OURS else {}
+        super().__init__(dict(arguments), dict(preset), dict(scope),
+                         {**PEER_DEFAULTS[OURS], **ours})
+
+    def source(self, key: str) -> Optional[str]:
+        return next((level for level, m in zip(FACT_LEVELS, self.maps) if key in m), None)
+
+
+def preset_facts(arch_zoo: Mapping[str, dict], arch: Union[str, dict, None], peer: str,
+                 settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """What a named preset of ``arch_zoo`` fixes in every scope, as its checkpoints hold it: a
+    patch bias and LayerNorm eps 1e-6 (DeiT, MAE, timm); DINOv2 / DINOv3 also the final norm and
+    the class token in the trunk (with their registers / storage tokens). An arch dict's
+    ``norm_eps`` and a RoPE arch's class token count here too. An mmpretrain name under peer
+    mmpretrain is mmpretrain's preset, which fixes none of these."""
+    facts: Dict[str, Any] = {}
+    name = arch.lower() if isinstance(arch, str) else None
+    if name in arch_zoo and peer_arch(arch, peer) == arch:
+        facts.update(patch_bias=True, norm_eps=1e-6)
+        if name.startswith(('dinov2', 'dinov3')):
+            facts.update(final_norm=True, with_cls_token=True)
+    if settings.get('rope'):
+        facts['with_cls_token'] = True  # DINOv3: the class token runs through the trunk
+    if 'norm_eps' in settings:
+        facts['norm_eps'] = settings['norm_eps']
+    return facts
+
+
 def peer_arch(arch: Union[str, dict, None], peer: str) -> Union[str, dict, None]:
     """mmpretrain's preset names mean its presets under peer mmpretrain (others: ours)."""
     default = PEER_DEFAULTS[peer].get('arch', arch)
@@ -65,27 +107,23 @@ def peer_arch(arch: Union[str, dict, None], peer: str) -> Union[str, dict, None]
     return arch
 
 
-def resolve_layout(defaults: Dict[str, Any], settings: Dict[str, Any], out_type: str,
-                   with_cls_token: Optional[bool], final_norm: Optional[bool],
-                   window_size: Union[int, str, None], simple_pyramid: Optional[bool]
-                   ) -> Tuple[bool, bool, Optional[int], bool]:
-    """Class token, final norm, window and pyramid: explicit values, else the peer's defaults
-    (``defaults``); ours: windows of 14 when the class token is out, the simple pyramid for
-    patch 16. Classifier outputs attend globally, without the pyramid."""
-    dense = out_type == 'featmap'
+def resolve_layout(facts: Facts, settings: Dict[str, Any]
+                   ) -> Tuple[bool, Optional[int], bool]:
+    """Class token, window and pyramid from ``facts``; without a class-token fact: in the trunk
+    for classifier outputs and register tokens. Ours: windows of 14 when the class token is out,
+    the simple pyramid for patch 16. Classifier outputs attend globally, without the pyramid."""
+    dense = facts['out_type'] == 'featmap'
+    with_cls_token = facts.get('with_cls_token')
     if with_cls_token is None:
-        with_cls_token = defaults.get('with_cls_token',
-                                      not dense or bool(settings.get('reg_tokens')))
-    final_norm = defaults['final_norm'] if final_norm is None else final_norm
-    window_size = defaults['window_size'] if window_size == 'auto' else window_size
-    simple_pyramid = defaults['simple_pyramid'] if simple_pyramid is None else simple_pyramid
+        with_cls_token = not dense or bool(settings.get('reg_tokens'))
+    window_size, simple_pyramid = facts['window_size'], facts['simple_pyramid']
     if not dense:
         window_size, simple_pyramid = None, False
     if simple_pyramid is None:
         simple_pyramid = int(settings.get('patch_size', 16)) == 16
     if window_size == 'auto':
         window_size = 14 if with_cls_token is False else None
-    return with_cls_token, final_norm, window_size, simple_pyramid
+    return with_cls_token, window_size, simple_pyramid
 
 
 def _bool(value: Any, args: Dict[str, Any]) -> Optional[str]:
@@ -165,8 +203,6 @@ def read_peer_args(peer: str, peer_args: Dict[str, Any]) -> Dict[str, Any]:
         settings['ffn'] = FFN_TYPES[first.get('ffn_type', 'origin')]
     if 'bias' in got.get('patch_cfg', {}):
         settings['patch_bias'] = bool(got['patch_cfg']['bias'])
-    elif peer == 'mmpretrain':  # mmpretrain: no patch bias with pre_norm (CLIP)
-        settings['patch_bias'] = not pre_norm
     return settings
 
 
@@ -205,7 +241,6 @@ def _mmpretrain_sam_trunk(trunk: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _sam_layout(ours: nn.Module, grid: Tuple[int, int]) -> Dict[str, torch.Tensor]:
     """Our ViTDet weights in timm's SAM-ViT keys, the position embedding at ``grid`` (NHWC) and
     each global block's relative positions resized to that grid, as ours resizes them."""
-    from .vit import resize_rel_pos  # vit imports this module
     state = {k: v for k, v in ours.state_dict().items()
              if k.startswith(('patch_embed.', 'blocks.'))}
     pos = ours.position_embedding(grid)[:, -grid[0] * grid[1]:]

@@ -6,7 +6,9 @@ Every backbone registers :func:`prepare_state_dict` as a load-state-dict pre-hoo
 adapted (tables / embeddings resized) and checked. A checkpoint that leaves backbone tensors
 unloaded or does not fit raises, unless partial loading is allowed (``init_cfg=dict(...,
 strict=False)`` or ``mmvit_ext.flags.strict_loading(False)``); misses that are expected (output norms a classifier
-never had) keep their initialisation; other unexpected keys are a warning.
+never had) keep their initialisation. A checkpoint tensor the model has no place for is an error
+that names the argument building its place, unless it is a classifier / pretraining head's, or
+the peer scope's own default leaves that part out (the peer drops it too: logged).
 """
 import contextvars
 import logging
@@ -140,6 +142,32 @@ def _fit_problem(source: str, name: str, layout: str, own: StateDict, state_dict
                       f'{len(set(state_dict) - set(own))} unexpected]')
 
 
+def _check_unexpected(model: nn.Module, source: str, name: str, unexpected: List[str],
+                      strict: bool) -> None:
+    """Checkpoint tensors the model has no place for: a head's are logged; where the peer
+    scope's own default leaves the part out, the peer drops them too: logged, with that default;
+    any other (a trunk tensor) raises when ``strict``, naming it and the argument that would
+    hold it."""
+    problem = getattr(model, 'unexpected_key_problem', lambda key: None)
+    peer_drop = getattr(model, 'peer_drop', lambda key: None)
+    drops = {k: peer_drop(k) for k in unexpected}
+    trunk = [problem(k) for k in unexpected if not drops[k] and problem(k)]
+    if trunk and strict:
+        raise CheckpointError(
+            f'{source} holds {len(trunk)} tensors {name} has no place for: '
+            f'{"; ".join(trunk[:_SHOWN])}{" ..." if len(trunk) > _SHOWN else ""}. To drop them '
+            "anyway, pass strict=False in the init_cfg (type='Pretrained') or load inside "
+            'mmvit_ext.flags.strict_loading(False)')
+    peer = sorted(k for k, why in drops.items() if why)
+    if peer:
+        print_log(f'{source}: {len(peer)} keys dropped, as {drops[peer[0]]}: {_first(peer)}',
+                  logger='current', level=logging.WARNING)
+    rest = sorted(set(unexpected) - set(peer))
+    if rest:
+        print_log(f'{source}: {len(rest)} keys unexpected by {name}, ignored: {_first(rest)}',
+                  logger='current', level=logging.WARNING)
+
+
 def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional[str] = None,
                        strict: Optional[bool] = None) -> Tuple[StateDict, LoadReport]:
     """Convert, adapt and check ``state_dict`` (keys relative to ``model``) for loading.
@@ -181,9 +209,7 @@ def prepare_state_dict(model: nn.Module, state_dict: StateDict, source: Optional
         print_log(f'{message}; loading the rest (partial loading allowed)', logger='current',
                   level=logging.WARNING)
     report.unexpected = sorted(set(state_dict) - set(own))
-    if report.unexpected:
-        print_log(f'{source}: {len(report.unexpected)} keys unexpected by {name}, ignored: '
-                  f'{_first(report.unexpected)}', logger='current', level=logging.WARNING)
+    _check_unexpected(model, source, name, report.unexpected, strict)
     loadable = {k: v for k, v in state_dict.items() if k in own and k not in mismatched_keys}
     report.loaded = sorted(loadable)
     for key in report.missing + mismatched_keys:
