@@ -36,9 +36,9 @@ HIDDEN, CLASSES = 32, 5  # GroupNorm(32) needs 32 channels at least
 SIZE = (64, 96)
 
 
-def _tiny_config(backbone_init=None, head_init=None) -> Config:
-    """The shipped config's model, widths cut (trunk, hidden dim, classes); structure kept."""
-    cfg = Config.fromfile(str(CONFIG))
+def _tiny_config(backbone_init=None, head_init=None, path: Path = CONFIG) -> Config:
+    """A shipped config's model, widths cut (trunk, hidden dim, classes); structure kept."""
+    cfg = Config.fromfile(str(path))
     model = cfg.model
     model.backbone.update(arch=dinov3_ours(TRUNK)['arch'], interaction_indexes=[0, 1, 2, 3],
                           drop_path_rate=0.0, sync_bn=False, init_cfg=backbone_init, **ADAPTER)
@@ -218,3 +218,51 @@ def test_head_is_mmsegs_modules_unchanged(via_init_cfg):
     assert head.num_queries == 100 and len(head.transformer_decoder.layers) == 9
     ffn = head.transformer_decoder.layers[0].ffn.layers[0][0]
     assert ffn.out_features == 4096 and head.transformer_decoder.layers[0].cross_attn.num_heads == 16
+
+
+TTA_CONFIG = ROOT / 'configs/mmseg/mask2former_dinov3_vit7b16_adapter_896_slide_tta_ade20k.py'
+SCALE = 14  # the evaluation's sizes / 14: 64 px crops, stride 42, short sides 59 .. 70
+
+
+def _official_crops(height: int, width: int, crop: int, stride: int) -> list:
+    """The crop boxes of the slide formula (official ``slide_inference``, mmseg's alike)."""
+    boxes = []
+    for row in range(max(height - crop + stride - 1, 0) // stride + 1):
+        for col in range(max(width - crop + stride - 1, 0) // stride + 1):
+            y2, x2 = min(row * stride + crop, height), min(col * stride + crop, width)
+            boxes.append((y2 - max(y2 - crop, 0), x2 - max(x2 - crop, 0)))
+    return boxes
+
+
+def test_published_evaluation_config_slides_and_averages_ten_views(tmp_path):
+    """The 896 / 596 slide with five TTA short sides and flips (mmseg's SegTTAModel) at the
+    tiny widths, sizes / 14 (tests/test_configs.py steps the config's train and val steps)."""
+    from mmengine.dataset import pseudo_collate
+    from mmseg.registry import DATASETS, MODELS
+    from mmvit_ext.datasets import generate_demo_ade
+    assert Config.fromfile(str(TTA_CONFIG)).model.test_cfg == dict(
+        mode='slide', crop_size=(896, 896), stride=(596, 596))
+    cfg = _tiny_config(path=TTA_CONFIG)
+    assert cfg.tta_short_sides == [832, 864, 896, 940, 985]
+    cfg.model.test_cfg.update(crop_size=(64, 64), stride=(596 // SCALE,) * 2)
+    sides = [side // SCALE for side in cfg.tta_short_sides]
+    for resize, side in zip(cfg.tta_pipeline[1].transforms[0], sides):
+        resize.scale = (16 * side, side)
+    generate_demo_ade(tmp_path, num_train=1, num_val=1, img_size=(64, 96), seed=0)
+    dataset = DATASETS.build(dict(
+        cfg.test_dataloader.dataset, data_root=str(tmp_path), pipeline=cfg.tta_pipeline,
+        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation')))
+    torch.manual_seed(0)
+    model = build_model(cfg, scope='mmseg').eval()
+    crops = []
+    model.backbone.register_forward_hook(lambda m, args, out: crops.append(args[0].shape[-2:]))
+    tta = MODELS.build(dict(cfg.tta_model, module=model))
+    with torch.no_grad():
+        result = tta.test_step(pseudo_collate([dataset[0]]))[0]
+    assert tuple(result.pred_sem_seg.data.shape[-2:]) == tuple(result.ori_shape) == (64, 96)
+    want = []
+    for side in sides:  # each short side, unflipped and flipped: 10 views
+        height, width = side, int(96 * side / 64 + 0.5)
+        want += 2 * _official_crops(height, width, 64, 596 // SCALE)
+    assert sorted(tuple(c) for c in crops) == sorted(want)
+    assert len(want) > 10  # the wider views slide

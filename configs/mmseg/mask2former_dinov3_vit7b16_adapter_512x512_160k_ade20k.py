@@ -25,7 +25,8 @@
 # (config-ade20k-m2f-inference.yaml); that evaluation is
 # mask2former_dinov3_vit7b16_adapter_896_slide_tta_ade20k.py.
 _base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
-custom_imports = dict(imports=['mmvit_ext', 'mmvit_ext.heads'], allow_failed_imports=False)
+custom_imports = dict(imports=['mmdet.models', 'mmvit_ext', 'mmvit_ext.heads'],
+                      allow_failed_imports=False)
 segmentor_checkpoint = 'checkpoints/dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth'
 
 num_classes = 150
