@@ -1,6 +1,7 @@
 """mmseg decode heads in the ``mmvit_ext`` scope. mmseg is needed here only: a config that uses a
 head imports this module (``custom_imports = dict(imports=['mmvit_ext', 'mmvit_ext.heads'])``),
 the backbones never do."""
+import copy
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -9,6 +10,7 @@ from mmcv.cnn import build_norm_layer
 from mmengine.logging import print_log
 from mmseg.models.decode_heads import Mask2FormerHead
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+from mmseg.structures import SegDataSample
 
 from . import flags
 from .converters.io import CheckpointError, read_checkpoint, unwrap_state_dict
@@ -46,6 +48,22 @@ class BNLinearHead(BaseDecodeHead):
         return self.conv_seg(self.bn(feats))
 
 
+def _widths(kwargs: dict, dims: int) -> dict:
+    """mmseg ``Mask2FormerHead`` arguments with every width set from the hidden ``dims``."""
+    kwargs = copy.deepcopy(kwargs)
+    kwargs.update(feat_channels=dims, out_channels=dims)
+    for layer in (kwargs['pixel_decoder']['encoder']['layer_cfg'],
+                  kwargs['transformer_decoder']['layer_cfg']):
+        for name, part in layer.items():
+            part['embed_dims'] = dims
+            if name == 'ffn_cfg':
+                part['feedforward_channels'] = 2 * dims
+    for encoding in (kwargs['pixel_decoder']['positional_encoding'],
+                     kwargs['positional_encoding']):
+        encoding['num_feats'] = dims // 2
+    return kwargs
+
+
 @MODELS.register_module()
 class DINOv3Mask2FormerHead(Mask2FormerHead):
     """mmseg's ``Mask2FormerHead`` (mmdet's ``MSDeformAttnPixelDecoder`` and
@@ -62,13 +80,15 @@ class DINOv3Mask2FormerHead(Mask2FormerHead):
     * the official ``predict`` resize in slide inference: each crop's masks to the crop's size
       (mmseg resizes them to the whole image's ``pad_shape``, which does not fit the crop).
 
-    Takes mmseg's ``Mask2FormerHead`` arguments.
+    Takes mmseg's ``Mask2FormerHead`` arguments; ``hidden_dims`` sets every width of the head from
+    one number (as the official ``hidden_dim``): channels and attention widths ``hidden_dims``,
+    FFNs ``2 * hidden_dims`` (the official 4096 for 2048), sine features ``hidden_dims // 2``.
     """
     family = 'dinov3_m2f'
     layout_families = ('dinov3_m2f',)
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, hidden_dims: Optional[int] = None, **kwargs) -> None:
+        super().__init__(**(kwargs if hidden_dims is None else _widths(kwargs, hidden_dims)))
         self.load_report: Optional[LoadReport] = None
         self._register_load_state_dict_pre_hook(self._convert_on_load)
 
@@ -118,7 +138,8 @@ class DINOv3Mask2FormerHead(Mask2FormerHead):
         the no-object column times sigmoid masks, summed over queries (the official semantic
         inference); the masks resized (bilinear) first to the crop in slide inference, else to
         the padded input."""
-        all_cls_scores, all_mask_preds = self(x, self._data_samples(batch_img_metas))
+        all_cls_scores, all_mask_preds = self(x, [SegDataSample(metainfo=meta)
+                                                  for meta in batch_img_metas])
         meta = batch_img_metas[0]
         slide = (test_cfg or {}).get('mode') == 'slide'
         size = meta['img_shape'] if slide or 'pad_shape' not in meta else meta['pad_shape']
@@ -126,11 +147,6 @@ class DINOv3Mask2FormerHead(Mask2FormerHead):
                               align_corners=False)
         scores = F.softmax(all_cls_scores[-1], dim=-1)[..., :-1]
         return torch.einsum('bqc,bqhw->bchw', scores, masks.sigmoid())
-
-    @staticmethod
-    def _data_samples(batch_img_metas: List[dict]) -> list:
-        from mmseg.structures import SegDataSample
-        return [SegDataSample(metainfo=meta) for meta in batch_img_metas]
 
 
 __all__ = ['BNLinearHead', 'DINOv3Mask2FormerHead']

@@ -217,7 +217,8 @@ def test_head_is_mmsegs_modules_unchanged(via_init_cfg):
     assert head.pixel_decoder.input_convs[0].conv.bias is not None  # the official 1x1 has one
     assert head.num_queries == 100 and len(head.transformer_decoder.layers) == 9
     ffn = head.transformer_decoder.layers[0].ffn.layers[0][0]
-    assert ffn.out_features == 4096 and head.transformer_decoder.layers[0].cross_attn.num_heads == 16
+    assert ffn.out_features == 4096
+    assert head.transformer_decoder.layers[0].cross_attn.num_heads == 16
 
 
 TTA_CONFIG = ROOT / 'configs/mmseg/mask2former_dinov3_vit7b16_adapter_896_slide_tta_ade20k.py'
@@ -244,6 +245,9 @@ def test_published_evaluation_config_slides_and_averages_ten_views(tmp_path):
         mode='slide', crop_size=(896, 896), stride=(596, 596))
     cfg = _tiny_config(path=TTA_CONFIG)
     assert cfg.tta_short_sides == [832, 864, 896, 940, 985]
+    head = cfg.model.decode_head  # the evaluation's mechanics: a shallower head will do
+    head.update(num_queries=10)
+    head.pixel_decoder.encoder.num_layers = head.transformer_decoder.num_layers = 1
     cfg.model.test_cfg.update(crop_size=(64, 64), stride=(596 // SCALE,) * 2)
     sides = [side // SCALE for side in cfg.tta_short_sides]
     for resize, side in zip(cfg.tta_pipeline[1].transforms[0], sides):
@@ -266,3 +270,25 @@ def test_published_evaluation_config_slides_and_averages_ten_views(tmp_path):
         want += 2 * _official_crops(height, width, 64, 596 // SCALE)
     assert sorted(tuple(c) for c in crops) == sorted(want)
     assert len(want) > 10  # the wider views slide
+
+
+def test_hidden_dims_sets_every_head_width():
+    """The ViT-L / ViT-B configs' one-number head width (``hidden_dims``)."""
+    from mmseg.registry import MODELS
+    from mmengine.registry import DefaultScope
+    cfg = Config.fromfile(str(ROOT / 'configs/mmseg/'
+                                     'mask2former_dinov3_vitb16_adapter_512x512_160k_ade20k.py'))
+    assert cfg.model.decode_head.hidden_dims == 768
+    assert cfg.model.backbone.interaction_indexes == [2, 5, 8, 11]
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        head = MODELS.build(ConfigDict(cfg.model.decode_head, in_channels=[32] * 4, hidden_dims=64,
+                                 num_classes=CLASSES, loss_cls=ConfigDict(
+                                     cfg.model.decode_head.loss_cls,
+                                     class_weight=[1.0] * CLASSES + [0.1])))
+    encoder = head.pixel_decoder.encoder.layers[0]
+    decoder = head.transformer_decoder.layers[0]
+    assert head.pixel_decoder.input_convs[0].conv.out_channels == 64
+    assert encoder.self_attn.embed_dims == decoder.cross_attn.embed_dims == 64
+    assert encoder.ffn.layers[0][0].out_features == decoder.ffn.layers[0][0].out_features == 128
+    assert head.pixel_decoder.postional_encoding.num_feats == 32
+    assert head.decoder_positional_encoding.num_feats == 32

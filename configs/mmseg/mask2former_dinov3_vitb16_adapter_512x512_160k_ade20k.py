@@ -17,27 +17,11 @@
 _base_ = './mask2former_dinov3_vit7b16_adapter_512x512_160k_ade20k.py'
 
 embed_dims = 768
-head_dims = 768
 model = dict(
     backbone=dict(
         arch='dinov3_vitb16',
         interaction_indexes=[2, 5, 8, 11],
         init_cfg=[dict(type='Pretrained',
                        checkpoint='checkpoints/dinov3_vitb16_pretrain_lvd1689m-73cec8be.pth')]),
-    decode_head=dict(
-        init_cfg=None,
-        in_channels=[embed_dims] * 4,
-        feat_channels=head_dims,
-        out_channels=head_dims,
-        pixel_decoder=dict(
-            encoder=dict(
-                layer_cfg=dict(
-                    self_attn_cfg=dict(embed_dims=head_dims),
-                    ffn_cfg=dict(embed_dims=head_dims, feedforward_channels=2 * head_dims))),
-            positional_encoding=dict(num_feats=head_dims // 2)),
-        positional_encoding=dict(num_feats=head_dims // 2),
-        transformer_decoder=dict(
-            layer_cfg=dict(
-                self_attn_cfg=dict(embed_dims=head_dims),
-                cross_attn_cfg=dict(embed_dims=head_dims),
-                ffn_cfg=dict(embed_dims=head_dims, feedforward_channels=2 * head_dims)))))
+    # every head width from one number (DINOv3Mask2FormerHead: FFN 2x, sine features 1/2)
+    decode_head=dict(init_cfg=None, in_channels=[embed_dims] * 4, hidden_dims=embed_dims))

@@ -54,8 +54,9 @@ def is_official_dinov3_segmentor(state_dict: StateDict) -> bool:
 
 
 def convert_official_dinov3_segmentor(state_dict: StateDict) -> StateDict:
-    """An official DINOv3 segmentor checkpoint -> ours: its backbone part (``segmentation_model.0.``)
-    converted; the head part is the head's to load. Others unchanged."""
+    """An official DINOv3 segmentor checkpoint -> ours: its backbone part
+    (``segmentation_model.0.``) converted; the head part is the head's to load. Others
+    unchanged."""
     if not is_official_dinov3_segmentor(state_dict):
         return dict(state_dict)
     backbone = {k[len(_SEGMENTOR):]: v for k, v in state_dict.items() if k.startswith(_SEGMENTOR)}

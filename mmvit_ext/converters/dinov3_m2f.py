@@ -22,12 +22,31 @@ _SEGMENTOR = re.compile(r'^segmentation_model\.(\d+)\.')
 _OFFICIAL_HEAD = (r'^(predictor\.transformer_(self|cross)_attention_layers\.|'
                   r'pixel_decoder\.encoder\.encoder\.layers\.)')
 _OURS_HEAD = r'^transformer_decoder\.layers\.\d+\.cross_attn\.attn\.'
-_LAYER = r'\.(\d+)\.'
 _OURS_PARTS = ('pixel_decoder.input_convs.', 'pixel_decoder.level_encoding.',
                'pixel_decoder.encoder.layers.', 'pixel_decoder.lateral_convs.',
                'pixel_decoder.output_convs.', 'pixel_decoder.mask_feature.',
                'transformer_decoder.', 'decoder_input_projs.', 'cls_embed.', 'mask_embed.',
                'query_feat.', 'query_embed.', 'level_embed.')
+
+
+def _decoder_layer_rules() -> list:
+    """The official decoder's three per-layer lists -> mmdet's one layer list: cross-attention,
+    its norm ``norms.0``; self-attention, ``norms.1``; FFN, ``norms.2``."""
+    rules = []
+    for official, inner, ours, norm in (('cross_attention', 'multihead_attn', 'cross_attn', 0),
+                                        ('self_attention', 'self_attn', 'self_attn', 1),
+                                        ('ffn', None, None, 2)):
+        layer = rf'^predictor\.transformer_{official}_layers\.(\d+)\.'
+        target = r'transformer_decoder.layers.\1.'
+        if inner is None:  # FFN: linear1 / linear2 -> mmcv FFN's layers.0.0 / layers.1
+            rules += [(layer + r'linear1\.', target + 'ffn.layers.0.0.'),
+                      (layer + r'linear2\.', target + 'ffn.layers.1.')]
+        else:  # nn.MultiheadAttention inside mmcv's MultiheadAttention (``attn``)
+            rules.append((layer + inner + r'\.', target + ours + '.attn.'))
+        rules.append((layer + r'norm\.', target + f'norms.{norm}.'))
+    return rules
+
+
 # official -> mmseg Mask2FormerHead (mmdet MSDeformAttnPixelDecoder + Mask2FormerTransformerDecoder)
 _HEAD_RULES = (
     (r'^pixel_decoder\.input_convs\.(\d+)\.0\.', r'pixel_decoder.input_convs.\1.conv.'),
@@ -38,22 +57,10 @@ _HEAD_RULES = (
     (r'(encoder\.layers\.\d+)\.norm2\.', r'\1.norms.1.'),
     (r'(encoder\.layers\.\d+)\.linear1\.', r'\1.ffn.layers.0.0.'),
     (r'(encoder\.layers\.\d+)\.linear2\.', r'\1.ffn.layers.1.'),
-    (r'^pixel_decoder\.(lateral|output)_convs\.(\d+)\.weight$', r'pixel_decoder.\1_convs.\2.conv.weight'),
+    (r'^pixel_decoder\.(lateral|output)_convs\.(\d+)\.weight$',
+     r'pixel_decoder.\1_convs.\2.conv.weight'),
     (r'^pixel_decoder\.(lateral|output)_convs\.(\d+)\.norm\.', r'pixel_decoder.\1_convs.\2.gn.'),
-    (r'^predictor\.transformer_cross_attention_layers' + _LAYER + r'multihead_attn\.',
-     r'transformer_decoder.layers.\1.cross_attn.attn.'),
-    (r'^predictor\.transformer_cross_attention_layers' + _LAYER + r'norm\.',
-     r'transformer_decoder.layers.\1.norms.0.'),
-    (r'^predictor\.transformer_self_attention_layers' + _LAYER + r'self_attn\.',
-     r'transformer_decoder.layers.\1.self_attn.attn.'),
-    (r'^predictor\.transformer_self_attention_layers' + _LAYER + r'norm\.',
-     r'transformer_decoder.layers.\1.norms.1.'),
-    (r'^predictor\.transformer_ffn_layers' + _LAYER + r'linear1\.',
-     r'transformer_decoder.layers.\1.ffn.layers.0.0.'),
-    (r'^predictor\.transformer_ffn_layers' + _LAYER + r'linear2\.',
-     r'transformer_decoder.layers.\1.ffn.layers.1.'),
-    (r'^predictor\.transformer_ffn_layers' + _LAYER + r'norm\.',
-     r'transformer_decoder.layers.\1.norms.2.'),
+    *_decoder_layer_rules(),
     (r'^predictor\.post_norm\.', 'transformer_decoder.post_norm.'),
     (r'^predictor\.input_proj\.', 'decoder_input_projs.'),
     (r'^predictor\.class_embed\.', 'cls_embed.'),
