@@ -1,5 +1,6 @@
 # Mask2Former over the DINOv3 adapter on ADE20K, 512x512, 160k iterations, with the DINOv3
-# ViT-B/16 trunk: the recipe of mask2former_dinov3_vit7b16_adapter_512x512_160k_ade20k.py (the
+# ViT-B/16 trunk: mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k.py for 12 blocks of 768
+# channels, that is the recipe of mask2former_dinov3_vit7b16_adapter_512x512_160k_ade20k.py (the
 # official DINOv3_Adapter form over the frozen trunk; mmvit_ext.DINOv3Mask2FormerHead with the
 # official head's structure: 16 heads, 6 deformable encoder layers over the three coarsest
 # maps, 9 decoder layers, 100 queries, GroupNorm(32)) at a width for 768 channels.
@@ -14,14 +15,11 @@
 # Weights: the trunk, dinov3_vitb16_pretrain_lvd1689m-73cec8be.pth (facebookresearch/dinov3
 # dinov3/hub/backbones.py; by request at ai.meta.com/resources/models-and-libraries/
 # dinov3-downloads).
-_base_ = './mask2former_dinov3_vit7b16_adapter_512x512_160k_ade20k.py'
+_base_ = './mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k.py'
 
 embed_dims = 768
+trunk = 'checkpoints/dinov3_vitb16_pretrain_lvd1689m-73cec8be.pth'
 model = dict(
-    backbone=dict(
-        arch='dinov3_vitb16',
-        interaction_indexes=[2, 5, 8, 11],
-        init_cfg=[dict(type='Pretrained',
-                       checkpoint='checkpoints/dinov3_vitb16_pretrain_lvd1689m-73cec8be.pth')]),
-    # every head width from one number (DINOv3Mask2FormerHead: FFN 2x, sine features 1/2)
-    decode_head=dict(init_cfg=None, in_channels=[embed_dims] * 4, hidden_dims=embed_dims))
+    backbone=dict(arch='dinov3_vitb16', interaction_indexes=[2, 5, 8, 11],
+                  init_cfg=[dict(type='Pretrained', checkpoint=trunk)]),
+    decode_head=dict(in_channels=[embed_dims] * 4, hidden_dims=embed_dims))
