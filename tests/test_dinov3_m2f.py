@@ -2,8 +2,8 @@
 builds it, at tiny widths with the official head structure (16 heads, FFN 4096, 6 + 9 layers,
 100 queries): against the test-side official reference (tests/dinov3_m2f_reference.py), its
 state dict in the official layout (``segmentation_model.0`` / ``.1``) loaded through init_cfg,
-``load_from`` (mmengine's load with :class:`ModelLayoutHook`) and tools/convert_checkpoint.py's
-mmseg checkpoint; mmseg's predict in whole and slide mode against the official semantic
+``load_from`` (mmengine's Runner with ``mmvit_ext.ModelLayoutHook``) and the mmseg checkpoint of
+tools/convert_checkpoint.py; mmseg's predict in whole and slide mode against the official semantic
 inference; the published evaluation (slide + TTA) stepped; the converters pure, idempotent and
 leaving no tensor out. Budget: ~25 s of CPU on the shared 2-core machine."""
 import copy
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from mmengine.config import Config, ConfigDict
-from mmengine.runner.checkpoint import _load_checkpoint_to_model, load_checkpoint
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import load_checkpoint
 from mmseg.structures import SegDataSample
 
 import dinov3_reference as ref
@@ -22,7 +23,6 @@ from dinov3_m2f_reference import M2FHeadReference, official_segmentor_state_dict
 from mmvit_ext.converters import CheckpointError
 from mmvit_ext.converters.dinov3_m2f import (convert_official_dinov3_m2f_head,
                                              convert_official_dinov3_segmentor_model)
-from mmvit_ext.engine import ModelLayoutHook
 from mmvit_ext.heads import DINOv3Mask2FormerHead
 from mmvit_ext.utils import build_model
 from test_vit_adapter_reference import _perturbed
@@ -139,17 +139,18 @@ def test_slide_inference_resizes_each_crop_as_the_official(official, via_init_cf
 
 
 def test_load_from_and_converted_mmseg_checkpoint(official, via_init_cfg, tmp_path):
-    """load_from: mmengine's Runner.load_checkpoint = read, ``after_load_checkpoint`` hooks,
-    ``_load_checkpoint_to_model``; the trunk from the backbone's init_cfg first. Then the mmseg
-    checkpoint tools/convert_checkpoint.py writes with ``--trunk``, loaded strictly alone."""
+    """load_from through mmengine's Runner (the config's ModelLayoutHook converts the file), the
+    trunk from the backbone's init_cfg first; then the mmseg checkpoint
+    tools/convert_checkpoint.py writes with ``--trunk``, loaded strictly alone."""
     root = official[3]
     want = via_init_cfg.state_dict()  # loaded from the official files and equal to them
     model = _build(backbone_init=dict(type='Pretrained', checkpoint=str(root / 'trunk.pth')))
     model.init_weights()
-    checkpoint = torch.load(root / 'segmentor.pth')
-    ModelLayoutHook().after_load_checkpoint(type('R', (), {'logger': _Log()})(), checkpoint)
-    assert {k.split('.')[0] for k in checkpoint} == {'backbone', 'decode_head'}
-    _load_checkpoint_to_model(model, checkpoint, strict=True)
+    runner = Runner(model=model, work_dir=str(tmp_path / 'run'),
+                    load_from=str(root / 'segmentor.pth'),
+                    custom_hooks=[dict(type='mmvit_ext.ModelLayoutHook')],
+                    default_scope='mmseg')
+    runner.load_or_resume()
     assert 'no trunk' in model.backbone.load_report.layout
     _assert_same_weights(model, want)
 
@@ -169,11 +170,6 @@ def _assert_same_weights(model, want: dict) -> None:
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want), [
         k for k in want if not torch.equal(got[k], want[k])][:5]
-
-
-class _Log:
-    def info(self, message: str) -> None:
-        self.message = message
 
 
 def _convert_tool():

@@ -11,7 +11,8 @@ from .precision import CpuAmpOptimWrapper, Fp32OpsHook, amp_on_cpu, keep_ops_flo
 from .runner import (AtomicSaveRunner, atomic_save_checkpoint, find_resumable_checkpoint,
                      init_cpu_distributed)
 
-__all__ = ['ModelLayoutHook', 'RandomStateHook', 'TrustedCheckpointHook', 'add_run_hooks', 'Fp32OpsHook',
+__all__ = ['ModelLayoutHook', 'RandomStateHook', 'TrustedCheckpointHook', 'add_run_hooks',
+           'Fp32OpsHook',
            'keep_ops_float32', 'CpuAmpOptimWrapper', 'amp_on_cpu',
            'DeterminismCheckHook', 'check_cuda_determinism', 'nondeterministic_cuda_modules',
            'prepare_cuda_determinism', 'AtomicSaveRunner', 'atomic_save_checkpoint',
