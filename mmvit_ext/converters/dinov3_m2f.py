@@ -16,7 +16,7 @@ import re
 
 from .dinov3_adapter import convert_official_dinov3_adapter
 from .io import CheckpointError
-from .layouts import StateDict, has_key, register_layout, register_model_layout, rename_keys
+from .layouts import StateDict, has_key, register_layout, register_model_layout
 
 _SEGMENTOR = re.compile(r'^segmentation_model\.(\d+)\.')
 _OFFICIAL_HEAD = (r'^(predictor\.transformer_(self|cross)_attention_layers\.|'
