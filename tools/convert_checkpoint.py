@@ -9,9 +9,15 @@ loads it into our backbone (``--arch``, or the architecture the family reads off
 ``BaseBackbone.infer_arch``), strictly: a file that would not load is an error. A checkpoint whose layout it
 cannot recognise is refused, naming the keys it saw.
 
+A whole official DINOv3 segmentor (``segmentation_model.0`` adapter, ``.1`` Mask2Former head)
+becomes an mmseg checkpoint (``backbone.``, ``decode_head.``), every tensor kept; ``--trunk``
+merges the trunk weights the released file leaves out, for tools/test.py.
+
 Example:
     python tools/convert_checkpoint.py checkpoints/S24_224.pth cait_s24.safetensors --arch s24
     python tools/convert_checkpoint.py swin_tiny_patch4_window7_224.pth swin_t.pth --family swin
+    python tools/convert_checkpoint.py dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth m2f.pth \
+        --trunk dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth
 """
 import argparse
 import sys
@@ -24,6 +30,7 @@ import mmvit_ext  # noqa: F401  (registers the layouts and the safe unpickler)
 from mmvit_ext.backbones import family_class, family_classes
 from mmvit_ext.converters import (LAYOUTS, CheckpointError, detect_layouts, read_checkpoint,
                                   save_state_dict, unwrap_state_dict)
+from mmvit_ext.converters.layouts import convert_model_layout
 
 
 def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
@@ -48,9 +55,45 @@ def load_back(dst: str, family: str, arch: Optional[str]) -> str:
             f'{report.layout!r}: {len(report.loaded)} tensors{kept}')
 
 
-def convert(src: str, dst: str, family: Optional[str] = None, arch: Optional[str] = None) -> str:
+def convert_model(src: str, dst: str, state_dict: dict, trunk: Optional[str]) -> Optional[str]:
+    """A whole-model checkpoint of a known foreign layout (the official DINOv3 segmentor) ->
+    an OpenMMLab model checkpoint (``backbone.*``, ``decode_head.*``), ``trunk``'s weights (any
+    layout of the trunk's family) merged under ``backbone.``; the summary, or ``None`` for
+    other checkpoints."""
+    converted, layout = convert_model_layout(state_dict)
+    if layout is None:
+        return None
+    lines = [f'{src}: detected layout: {layout} -> {dst}',
+             f'  {len(state_dict)} tensors in, {len(converted)} out, '
+             f'{len(state_dict) - len(converted)} dropped']
+    if trunk is not None:
+        trunk_state = unwrap_state_dict(read_checkpoint(trunk), source=f'checkpoint {trunk}')
+        trunk_layout = next((lay for lay in detect_layouts(trunk_state)
+                             if lay.family == 'vit' and lay.convert is not None), None)
+        if trunk_layout is None:
+            raise CheckpointError(f'--trunk {trunk}: not a ViT trunk checkpoint of a known layout')
+        merged = trunk_layout.convert(trunk_state)
+        lines.append(f'  trunk {trunk} ({trunk_layout.name}): {len(merged)} tensors under '
+                     f'backbone.')
+        converted = {**{f'backbone.{k}': v for k, v in merged.items()}, **converted}
+    else:
+        lines.append('  no trunk in this file: pass --trunk, or load the trunk first (the '
+                     "backbone's init_cfg) and this file as load_from")
+    groups = Counter(k.split('.')[0] for k in converted)
+    lines.append('  out groups: ' + ', '.join(f'{g} ({n})' for g, n in sorted(groups.items())))
+    save_state_dict(converted, dst)
+    return '\n'.join(lines)
+
+
+def convert(src: str, dst: str, family: Optional[str] = None, arch: Optional[str] = None,
+            trunk: Optional[str] = None) -> str:
     """Convert ``src`` into ``dst``; returns the printed summary. Raises CheckpointError."""
     state_dict = unwrap_state_dict(read_checkpoint(src), source=f'checkpoint {src}')
+    whole = convert_model(src, dst, state_dict, trunk)
+    if whole is not None:
+        return whole
+    if trunk is not None:
+        raise CheckpointError('--trunk applies to whole segmentor checkpoints only')
     layouts = [lay for lay in detect_layouts(state_dict) if lay.convert is not None
                and (family is None or lay.family == family)]
     if not layouts:
@@ -90,9 +133,11 @@ def main() -> None:
                         help="only accept this family's layouts")
     parser.add_argument('--arch', help='our arch preset to load-check the output with (default: '
                                        'read off the weights where the family can)')
+    parser.add_argument('--trunk', help='a whole segmentor checkpoint without its trunk (the '
+                                        'official DINOv3 m2f file): the trunk weights to merge')
     args = parser.parse_args()
     try:
-        print(convert(args.src, args.dst, args.family, args.arch))
+        print(convert(args.src, args.dst, args.family, args.arch, args.trunk))
     except (CheckpointError, RuntimeError) as error:
         sys.exit(f'error: {error}')
 

@@ -1,24 +1,33 @@
-# Mask2Former (mmseg's Mask2FormerHead) over the DINOv3 adapter on ADE20K, 512x512, 160k
-# iterations: the official DINOv3_Adapter form (facebookresearch/dinov3,
-# dinov3/eval/segmentation/models/backbone/dinov3_adapter.py) over the frozen ViT-7B/16 trunk,
-# run without gradients (bf16 on CUDA), extractors fed the normed outputs of blocks 9, 19, 29,
-# 39; 16 deformable heads, deform ratio 0.5, drop path 0.3, SyncBN, extractors recomputed in
-# backward (with_cp). The head takes the official m2f head's sizes (dinov3/eval/segmentation/
-# models/heads/mask2former_head.py: hidden 2048, 16 heads, FFN 4096, 6 pixel-decoder layers,
-# 9 decoder layers, 100 queries); only the adapter and the head train (AdamW 1e-4, wd 0.05,
-# mmseg's Mask2Former recipe, bf16 AMP).
-# Weights: the trunk, dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth (dinov3/hub/backbones.py);
-# the adapter of the official segmentor, dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth
-# (dinov3/hub/segmentors.py), loads as the second Pretrained entry (its head is not mmseg's and
-# is not loaded).
-# Published: 63.0 mIoU (multi-scale) on ADE20K for ViT-7B + M2F, DINOv3 paper (Simeoni et al.,
-# arXiv 2508.10104, its comparison with state-of-the-art segmentation systems); that
-# run is the official one at 896 px (config-ade20k-m2f-inference.yaml: 896 crops, sliding
-# stride 596, five TTA ratios 0.9-1.1), not this 512 px recipe. 896 px here needs
-# crop_size = (896, 896) in the pipeline and data_preprocessor, test_cfg mode='slide' with
-# crop (896, 896) and stride (596, 596), and about 3x the activation memory of the adapter and
-# head per image (56x56 trunk tokens instead of 32x32; the frozen trunk keeps none).
+# Mask2Former over the DINOv3 adapter on ADE20K, 512x512, 160k iterations: the official ADE20K
+# segmentor of facebookresearch/dinov3 (dinov3/hub/segmentors.py: DINOv3_Adapter over the frozen
+# ViT-7B/16 trunk + the m2f head of dinov3/eval/segmentation/models/heads/), here in mmseg.
+# Backbone: the official DINOv3_Adapter form, the trunk run without gradients (bf16 on CUDA),
+# extractors fed the normed outputs of blocks 9, 19, 29, 39; 16 deformable heads, deform ratio
+# 0.5, drop path 0.3, SyncBN, extractors recomputed in backward (with_cp).
+# Head: mmvit_ext.DINOv3Mask2FormerHead = mmseg's Mask2FormerHead (mmdet's
+# MSDeformAttnPixelDecoder + Mask2FormerTransformerDecoder, unchanged) at the official m2f
+# head's structure (mask2former_head.py: hidden 2048, 16 heads, FFN 4096, 6 deformable encoder
+# layers over the three coarsest adapter maps, the finest through the FPN lateral conv as in the
+# official pixel_decoder.py, 9 decoder layers, 100 queries, GroupNorm(32)), which computes the
+# official head's function (docs/model_zoo.md); ours adds the official checkpoint layout on
+# every load path and the official per-crop resize in slide inference.
+# Weights, both loaded whole: the trunk, dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth
+# (dinov3/hub/backbones.py); the official segmentor, dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth
+# (dinov3/hub/segmentors.py: segmentation_model.0 = the adapter, .1 = the head, no trunk): its
+# adapter as the backbone's second Pretrained entry, its head as the head's init_cfg. As
+# load_from (or tools/test.py's checkpoint) it converts too (ModelLayoutHook below); for
+# tools/test.py, which loads no init_cfg, merge the trunk first: tools/convert_checkpoint.py
+# <segmentor file> <out> --trunk <trunk file>.
+# Training: only the adapter and the head (AdamW 1e-4, wd 0.05, mmseg's Mask2Former recipe,
+# bf16 AMP), at 512 px; the official head was trained by the DINOv3 authors with their recipe.
+# Published: 63.0 mIoU on ADE20K (DINOv3 paper, Simeoni et al., arXiv 2508.10104) with the
+# official evaluation: 896 px crops, sliding stride 596, five TTA scales 0.9-1.1 and flips
+# (config-ade20k-m2f-inference.yaml); that evaluation is
+# mask2former_dinov3_vit7b16_adapter_896_slide_tta_ade20k.py.
 _base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+custom_imports = dict(imports=['mmdet.models', 'mmvit_ext', 'mmvit_ext.heads'],
+                      allow_failed_imports=False)
+segmentor_checkpoint = 'checkpoints/dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth'
 
 num_classes = 150
 embed_dims = 4096  # the 7B trunk's width: every adapter level
@@ -44,10 +53,11 @@ model = dict(
         init_cfg=[
             dict(type='Pretrained',
                  checkpoint='checkpoints/dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth'),
-            dict(type='Pretrained',
-                 checkpoint='checkpoints/dinov3_vit7b16_ade20k_m2f_head-bf307cb1.pth'),
+            dict(type='Pretrained', checkpoint=segmentor_checkpoint),
         ]),
     decode_head=dict(
+        type='mmvit_ext.DINOv3Mask2FormerHead',
+        init_cfg=dict(type='Pretrained', checkpoint=segmentor_checkpoint),
         in_channels=[embed_dims] * 4,
         feat_channels=head_dims,
         out_channels=head_dims,
@@ -76,3 +86,5 @@ optim_wrapper = dict(
         'backbone': dict(lr_mult=1.0, decay_mult=1.0),
         'level_encoding': dict(lr_mult=1.0, decay_mult=0.0),
     }))
+# load_from / tools/test.py with the official segmentor file: converted before loading
+custom_hooks = [dict(type='mmvit_ext.ModelLayoutHook')]

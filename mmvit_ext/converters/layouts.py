@@ -8,7 +8,7 @@ timm Swin, which differ in where the patch merging sits).
 """
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -50,6 +50,31 @@ def register_init_only(family: str, pattern: str, layout_family: Optional[str] =
     that family's layouts (a trunk checkpoint of a family built on another's trunk)."""
     INIT_ONLY[family if layout_family is None else f'{family}<-{layout_family}'] = \
         re.compile(pattern)
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """A whole model's checkpoint in another codebase's module tree (e.g. the official DINOv3
+    segmentor's ``segmentation_model.0`` / ``.1``): converted to an OpenMMLab model's top-level
+    names (``backbone.``, ``decode_head.``) before the model loads it."""
+    name: str
+    detect: Callable[[StateDict], bool]
+    convert: Converter
+
+
+MODEL_LAYOUTS: List[ModelLayout] = []
+
+
+def register_model_layout(name: str, detect: Callable[[StateDict], bool],
+                          convert: Converter) -> None:
+    MODEL_LAYOUTS.append(ModelLayout(name, detect, convert))
+
+
+def convert_model_layout(state_dict: StateDict) -> Tuple[StateDict, Optional[str]]:
+    """A whole-model checkpoint of a known foreign layout in OpenMMLab names, with the layout's
+    name; any other unchanged, with ``None``."""
+    layout = next((lay for lay in MODEL_LAYOUTS if lay.detect(state_dict)), None)
+    return (state_dict, None) if layout is None else (layout.convert(state_dict), layout.name)
 
 
 def detect_layouts(state_dict: StateDict) -> List[Layout]:

@@ -5,12 +5,14 @@ from .compile import COMPILE_TARGETS, apply_compile_choice, compile_backbone
 from .fsdp import backbone_block_policy, prepare_strategy, strip_wrapper_prefixes
 from .determinism import (DeterminismCheckHook, check_cuda_determinism,
                           nondeterministic_cuda_modules, prepare_cuda_determinism)
-from .hooks import RandomStateHook, TrustedCheckpointHook, add_run_hooks
+from .hooks import (ModelLayoutHook, RandomStateHook, TrustedCheckpointHook,
+                    add_run_hooks)
 from .precision import CpuAmpOptimWrapper, Fp32OpsHook, amp_on_cpu, keep_ops_float32
 from .runner import (AtomicSaveRunner, atomic_save_checkpoint, find_resumable_checkpoint,
                      init_cpu_distributed)
 
-__all__ = ['RandomStateHook', 'TrustedCheckpointHook', 'add_run_hooks', 'Fp32OpsHook',
+__all__ = ['ModelLayoutHook', 'RandomStateHook', 'TrustedCheckpointHook', 'add_run_hooks',
+           'Fp32OpsHook',
            'keep_ops_float32', 'CpuAmpOptimWrapper', 'amp_on_cpu',
            'DeterminismCheckHook', 'check_cuda_determinism', 'nondeterministic_cuda_modules',
            'prepare_cuda_determinism', 'AtomicSaveRunner', 'atomic_save_checkpoint',

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from mmengine.hooks import Hook
 
+from ..converters.layouts import convert_model_layout
 from ..registry import HOOKS
 from ..utils.safe_checkpoint import trusted_training_state
 
@@ -87,6 +88,26 @@ class TrustedCheckpointHook(Hook):
         self._trusted.close()
 
     after_load_checkpoint = before_train = before_val = before_test = after_run = _close
+
+
+@HOOKS.register_module()
+class ModelLayoutHook(Hook):
+    """``load_from`` / tools/test.py of a whole-model checkpoint in another codebase's module tree
+    (:func:`~mmvit_ext.converters.layouts.register_model_layout`: the official DINOv3
+    segmentor's ``segmentation_model.0`` / ``.1``): its keys converted to the model's
+    (``backbone.``, ``decode_head.``) in place. mmengine's ``Runner.load_checkpoint`` calls
+    ``after_load_checkpoint`` between reading the file and loading it into the model."""
+
+    priority = 'VERY_HIGH'
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        state = checkpoint.get('state_dict', checkpoint)
+        converted, layout = convert_model_layout(state)
+        if layout is not None:
+            state.clear()
+            state.update(converted)
+            runner.logger.info(f'ModelLayoutHook: {layout} -> {len(converted)} tensors under '
+                               f'{sorted({k.split(".")[0] for k in converted})}')
 
 
 def add_run_hooks(cfg, training: bool) -> None:
