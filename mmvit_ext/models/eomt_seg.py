@@ -1,0 +1,161 @@
+"""EoMT in mmseg: semantic segmentation as an ``EncoderDecoder`` whose backbone is the
+:class:`~mmvit_ext.models.EoMT` network and whose decode head holds only the loss and the
+semantic inference. Import it from a config (``custom_imports = dict(imports=['mmvit_ext',
+'mmvit_ext.models.eomt_seg'])``); mmseg and mmdet are needed here only.
+
+- Loss: mmdet's Mask2Former loss (Hungarian matching on 12544 sampled points, class CE with
+  the no-object weight 0.1, mask BCE and dice on importance-sampled points; weights 2 / 5 / 5),
+  which is the loss of the official code (transformers' ``Mask2FormerLoss``), on every
+  per-block prediction (deep supervision: ``d{i}.`` prefixes, the last unprefixed).
+- Inference: the official semantic one: per-pixel scores ``sigmoid(masks) . softmax(classes)``
+  without the no-object class; ``test_cfg=dict(mode='window', crop_size=(512, 512))`` cuts the
+  image (resized so its short side is the crop side) into the official evenly overlapping
+  crops along the long side and averages the scores; ``'whole'`` / ``'slide'`` are mmseg's.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from mmdet.registry import MODELS as MMDET_MODELS
+from mmdet.registry import TASK_UTILS
+from mmengine.model import BaseModule
+from mmseg.models.decode_heads import Mask2FormerHead
+from mmseg.models.segmentors import EncoderDecoder
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..registry import MODELS
+
+PredictionStack = Tuple[Tensor, Tensor]
+
+
+def _default_loss_cls(num_classes: int, no_object_weight: float) -> dict:
+    return dict(type='mmdet.CrossEntropyLoss', use_sigmoid=False, loss_weight=2.0,
+                reduction='mean', class_weight=[1.0] * num_classes + [no_object_weight])
+
+
+DEFAULT_LOSS_MASK = dict(type='mmdet.CrossEntropyLoss', use_sigmoid=True, reduction='mean',
+                         loss_weight=5.0)
+DEFAULT_LOSS_DICE = dict(type='mmdet.DiceLoss', use_sigmoid=True, activate=True,
+                         reduction='mean', naive_dice=True, eps=1.0, loss_weight=5.0)
+DEFAULT_TRAIN_CFG = dict(
+    num_points=12544, oversample_ratio=3.0, importance_sample_ratio=0.75,
+    assigner=dict(type='mmdet.HungarianAssigner', match_costs=[
+        dict(type='mmdet.ClassificationCost', weight=2.0),
+        dict(type='mmdet.CrossEntropyLossCost', weight=5.0, use_sigmoid=True),
+        dict(type='mmdet.DiceCost', weight=5.0, pred_act=True, eps=1.0)]),
+    sampler=dict(type='mmdet.MaskPseudoSampler'))
+
+
+@MODELS.register_module()
+class EoMTSemanticHead(Mask2FormerHead):
+    """The loss and semantic inference of EoMT over the network's stacked predictions (mmseg's
+    ``Mask2FormerHead`` without its pixel decoder and transformer decoder: EoMT's trunk is
+    both).
+
+    Args:
+        num_classes: classes (the network predicts one more, no-object).
+        num_queries: the network's queries.
+        no_object_weight: class-CE weight of the no-object class (official 0.1).
+        loss_cls / loss_mask / loss_dice: mmdet loss configs (default: the official weights).
+        train_cfg: points, assigner and sampler (default: the official ones).
+        ignore_index: label ignored in the semantic maps.
+    """
+
+    def __init__(self, num_classes: int, num_queries: int = 100, no_object_weight: float = 0.1,
+                 loss_cls: Optional[dict] = None, loss_mask: Optional[dict] = None,
+                 loss_dice: Optional[dict] = None, train_cfg: Optional[dict] = None,
+                 ignore_index: int = 255, align_corners: bool = False,
+                 init_cfg: Optional[dict] = None) -> None:
+        BaseModule.__init__(self, init_cfg=init_cfg)  # no decoders to build
+        self.num_classes = self.out_channels = num_classes
+        self.num_queries = num_queries
+        self.ignore_index, self.align_corners = ignore_index, align_corners
+        train_cfg = dict(DEFAULT_TRAIN_CFG, **(train_cfg or {}))
+        self.train_cfg, self.test_cfg = train_cfg, None
+        self.assigner = TASK_UTILS.build(train_cfg['assigner'])
+        self.sampler = TASK_UTILS.build(train_cfg['sampler'], default_args=dict(context=self))
+        self.num_points = train_cfg['num_points']
+        self.oversample_ratio = train_cfg['oversample_ratio']
+        self.importance_sample_ratio = train_cfg['importance_sample_ratio']
+        loss_cls = loss_cls or _default_loss_cls(num_classes, no_object_weight)
+        if len(loss_cls.get('class_weight') or []) != num_classes + 1:
+            raise ConfigError(f'EoMTSemanticHead: loss_cls.class_weight needs num_classes + 1 '
+                              f'= {num_classes + 1} entries (the last: no-object)')
+        self.class_weight = loss_cls['class_weight']
+        self.loss_cls = MMDET_MODELS.build(loss_cls)
+        self.loss_mask = MMDET_MODELS.build(loss_mask or DEFAULT_LOSS_MASK)
+        self.loss_dice = MMDET_MODELS.build(loss_dice or DEFAULT_LOSS_DICE)
+
+    def init_weights(self) -> None:
+        """Nothing to initialise: the head has no parameters."""
+
+    def forward(self, x: PredictionStack, batch_data_samples=None
+                ) -> Tuple[List[Tensor], List[Tensor]]:
+        """The network's (mask logits (P, B, Q, h, w), class logits (P, B, Q, K + 1)) -> the
+        per-prediction lists of class and mask logits mmdet's loss takes."""
+        mask_logits, class_logits = x
+        return list(class_logits.unbind(0)), list(mask_logits.unbind(0))
+
+    def predict(self, x: PredictionStack, batch_img_metas: List[dict], test_cfg: dict) -> Tensor:
+        """(B, K, H, W) per-pixel scores of the last prediction at the input size."""
+        mask_logits, class_logits = x[0][-1], x[1][-1]
+        meta = batch_img_metas[0]
+        size = meta.get('pad_shape', meta['img_shape'])[:2]
+        mask_logits = F.interpolate(mask_logits, size=size, mode='bilinear', align_corners=False)
+        return semantic_scores(mask_logits, class_logits)
+
+
+def semantic_scores(mask_logits: Tensor, class_logits: Tensor) -> Tensor:
+    """The official per-pixel class scores: ``sum_q sigmoid(mask_q) softmax(class_q)[:K]``."""
+    return torch.einsum('bqhw,bqc->bchw', mask_logits.sigmoid(),
+                        class_logits.softmax(dim=-1)[..., :-1])
+
+
+def window_origins(length: int, crop: int) -> List[int]:
+    """Starts of the official crops along a side of ``length`` (>= crop): ``ceil(length /
+    crop)`` crops, the overlap spread evenly."""
+    num = -(-length // crop)
+    overlap = num * crop - length
+    step = crop - (overlap / (num - 1) if overlap > 0 else 0)
+    return [int(j * step) for j in range(num)]
+
+
+@MODELS.register_module()
+class EoMTSegmentor(EncoderDecoder):
+    """mmseg ``EncoderDecoder`` for EoMT: ``backbone`` is the network
+    (``type='mmvit_ext.EoMT'``), ``decode_head`` an :class:`EoMTSemanticHead`; ``test_cfg``
+    mode ``'window'`` is the official sliding crops (module docstring)."""
+
+    def __init__(self, backbone: dict, decode_head: dict, **kwargs) -> None:
+        if kwargs.get('neck') or kwargs.get('auxiliary_head'):
+            raise ConfigError('EoMTSegmentor: EoMT has no neck or auxiliary head')
+        super().__init__(backbone=backbone, decode_head=decode_head, **kwargs)
+
+    def inference(self, inputs: Tensor, batch_img_metas: List[dict]) -> Tensor:
+        if self.test_cfg.get('mode') != 'window':
+            return super().inference(inputs, batch_img_metas)
+        return self.window_inference(inputs, batch_img_metas)
+
+    def window_inference(self, inputs: Tensor, batch_img_metas: List[dict]) -> Tensor:
+        """Scores (B, K, H, W) at the input size from the official crops of side
+        ``test_cfg.crop_size``: the input resized so its short side is the crop side, cut along
+        its long side, scores averaged where crops overlap, resized back."""
+        crop = min(self.test_cfg['crop_size'])
+        height, width = inputs.shape[-2:]
+        factor = max(crop / height, crop / width)
+        size = (round(height * factor), round(width * factor))
+        resized = F.interpolate(inputs, size=size, mode='bilinear', align_corners=False)
+        tall = size[0] > size[1]
+        sums = inputs.new_zeros(inputs.shape[0], self.out_channels, *size)
+        counts = inputs.new_zeros(1, 1, *size)
+        for start in window_origins(max(size), crop):
+            window = (slice(None), slice(None), slice(start, start + crop)) if tall else \
+                (slice(None), slice(None), slice(None), slice(start, start + crop))
+            part = resized[window]
+            metas = [dict(meta, img_shape=tuple(part.shape[-2:]), pad_shape=tuple(part.shape[-2:]))
+                     for meta in batch_img_metas]
+            sums[window] += self.encode_decode(part, metas)
+            counts[window] += 1
+        scores = sums / counts
+        return F.interpolate(scores, size=(height, width), mode='bilinear', align_corners=False)

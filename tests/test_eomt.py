@@ -1,0 +1,125 @@
+"""EoMT on our trunk against the official semantics (tests/eomt_reference.py): every block's
+mask and class logits, DINOv2 form on timm's DINOv2-with-registers ViT and DINOv3 form on the
+official DINOv3 layout, weights perturbed, eval and train with fixed mask probabilities and
+seed; probability 0 is the plain-ViT pass; bad settings raise."""
+import pytest
+import torch
+
+import mmvit_ext  # noqa: F401
+import dinov3_reference as dinov3_ref
+from eomt_reference import RefMaskModule, dinov3_eomt, timm_eomt
+from mmvit_ext.errors import ConfigError
+from mmvit_ext.models import EoMT
+
+TOL = 1e-4
+NUM_CLASSES, NUM_Q = 5, 6
+
+
+def _perturb(module: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.2)
+
+
+def _mask_module(model: EoMT, patch: int) -> RefMaskModule:
+    head = RefMaskModule(model.encoder.embed_dims, NUM_CLASSES, NUM_Q, patch)
+    _perturb(head, 1)
+    own = {k: v for k, v in model.state_dict().items()
+           if not k.startswith('encoder.') and k != 'attn_mask_probs'}
+    assert set(own) == set(head.state_dict())  # the official names
+    model.load_state_dict(head.state_dict(), strict=False)
+    return head
+
+
+def _compare(ours, ref) -> float:
+    (masks, classes), (ref_masks, ref_classes) = ours, ref
+    assert masks.shape[0] == len(ref_masks) and classes.shape[0] == len(ref_classes)
+    return max(max((m - r).abs().max().item() for m, r in zip(masks, ref_masks)),
+               max((c - r).abs().max().item() for c, r in zip(classes, ref_classes)))
+
+
+def _timm_dinov2():
+    timm = pytest.importorskip('timm')
+    vit = timm.models.vision_transformer.VisionTransformer(
+        img_size=56, patch_size=14, embed_dim=32, depth=4, num_heads=2, reg_tokens=4,
+        no_embed_class=True, init_values=1e-5, num_classes=0)
+    _perturb(vit, 0)
+    return vit
+
+
+@pytest.mark.parametrize('mode,probs', [('eval', (1.0, 0.5, 0.3)), ('train', (0.0, 0.5, 1.0))])
+def test_dinov2_form_matches_the_official_function(mode, probs):
+    vit = _timm_dinov2()
+    model = EoMT(dict(embed_dims=32, depth=4, num_heads=2, patch_size=14, layer_scale=1e-5),
+                 NUM_CLASSES, NUM_Q, num_blocks=3, img_size=56, reg_tokens=4)
+    model.encoder.load_state_dict(vit.state_dict())
+    head = _mask_module(model, 14)
+    model.attn_mask_probs.copy_(torch.tensor(probs))
+    for m in (model, vit, head):
+        m.train(mode == 'train')
+    x = torch.randn(2, 3, 56, 56)
+    torch.manual_seed(7)
+    ours = model(x, all_blocks=True)
+    torch.manual_seed(7)
+    ref = timm_eomt(vit, head, x, 3, probs)
+    assert ours[0].shape == (4, 2, NUM_Q, 8, 8) and ours[1].shape == (4, 2, NUM_Q, 6)
+    diff = _compare(ours, ref)
+    print(f'EoMT DINOv2 form {mode} {probs}: max abs diff {diff:.2e}')
+    assert diff <= TOL
+
+
+def test_dinov3_form_matches_the_official_function():
+    cfg = dict(dinov3_ref.TINY, depth=4)
+    sd = dinov3_ref.official_state_dict(cfg, seed=3)
+    arch = dict(embed_dims=32, depth=4, num_heads=2, patch_size=16, layer_scale=1e-5,
+                reg_tokens=4, norm_eps=1e-5, rope=dict(base=100.0), mask_k_bias=True)
+    model = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=2, img_size=64)
+    model.encoder.load_state_dict(sd)
+    head = _mask_module(model, 16)
+    probs = (1.0, 0.4)
+    model.attn_mask_probs.copy_(torch.tensor(probs))
+    x = torch.randn(2, 3, 64, 48)  # a 4 x 3 grid: RoPE rows and columns differ
+    for mode in ('eval', 'train'):
+        model.train(mode == 'train')
+        torch.manual_seed(5)
+        ours = model(x, all_blocks=True)
+        torch.manual_seed(5)
+        ref = dinov3_eomt(sd, cfg, head, x, 2, probs)
+        assert ours[0].shape == (3, 2, NUM_Q, 16, 12)
+        diff = _compare(ours, ref)
+        print(f'EoMT DINOv3 form {mode}: max abs diff {diff:.2e}')
+        assert diff <= TOL
+
+
+def test_probability_zero_is_the_plain_vit_pass():
+    """All probabilities 0: no mask is built, and the last prediction equals the one of the
+    unmasked network (queries attending freely) bit for bit; eval returns the last only."""
+    model = EoMT(dict(embed_dims=32, depth=3, num_heads=2), NUM_CLASSES, NUM_Q, num_blocks=2,
+                 img_size=32).eval()
+    _perturb(model, 2)
+    model.attn_mask_probs.zero_()
+    plain = EoMT(dict(embed_dims=32, depth=3, num_heads=2), NUM_CLASSES, NUM_Q, num_blocks=2,
+                 img_size=32, masked_attn=False).eval()
+    plain.load_state_dict(model.state_dict())
+    calls = []
+    model.attn_bias = lambda *args: calls.append(args)
+    x = torch.randn(1, 3, 48, 32)
+    masks, classes = model(x)
+    ref_masks, ref_classes = plain(x)
+    assert masks.shape == (1, 1, NUM_Q, 12, 8) and not calls
+    assert torch.equal(masks, ref_masks) and torch.equal(classes, ref_classes)
+    # with probability 1 the masks change the result
+    del model.attn_bias
+    model.attn_mask_probs.fill_(1.0)
+    assert not torch.allclose(model(x)[0], masks)
+
+
+def test_bad_settings_raise():
+    tiny = dict(embed_dims=32, depth=3, num_heads=2)
+    with pytest.raises(ConfigError, match='num_blocks'):
+        EoMT(tiny, NUM_CLASSES, NUM_Q, num_blocks=4)
+    with pytest.raises(ConfigError, match='num_queries'):
+        EoMT(tiny, NUM_CLASSES, 0)
+    with pytest.raises(ConfigError, match='window_size'):
+        EoMT(tiny, NUM_CLASSES, NUM_Q, window_size=7)
