@@ -27,6 +27,8 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ..backbones.plain_vit import ViTBlock
+from ..converters.eomt import convert_eomt
+from ..converters.layouts import StateDict
 from ..backbones.vit import VisionTransformer
 from ..errors import ConfigError
 from ..layers import LayerNorm2d, Size2, WindowAttention, apply_rope
@@ -117,6 +119,25 @@ class EoMT(BaseModule):
                                        nn.GELU(), nn.Linear(dim, dim))
         self.upscale = nn.Sequential(*[ScaleBlock(dim)
                                        for _ in range(num_scale_blocks(self.encoder.patch_size))])
+        self._register_load_state_dict_pre_hook(self._convert_on_load)
+
+    def _convert_on_load(self, state_dict: StateDict, prefix: str, *args: Any) -> None:
+        """Load pre-hook: the keys under ``prefix`` from any EoMT layout (or a bare trunk
+        checkpoint) to ours (:func:`~mmvit_ext.converters.eomt.convert_eomt`); the trunk's own
+        hook then converts ``encoder.*``."""
+        keys = [k for k in state_dict if k.startswith(prefix)]
+        given = {k[len(prefix):]: state_dict.pop(k) for k in keys}
+        state_dict.update((prefix + k, v) for k, v in convert_eomt(given).items())
+
+    @torch.no_grad()
+    def load_trunk_deltas(self, delta_state: StateDict) -> None:
+        """Load an EoMT checkpoint whose trunk parameters are deltas to the pretrained trunk
+        this model holds now (the official DINOv3 releases, ``delta_weights=True``): the mask
+        module is loaded as it is, the trunk becomes pretrained + delta."""
+        pretrained = {k: v.clone() for k, v in self.encoder.named_parameters()}
+        self.load_state_dict(delta_state)
+        for name, param in self.encoder.named_parameters():
+            param.add_(pretrained[name])
 
     def _check_encoder(self, num_classes: int, num_queries: int, num_blocks: int) -> None:
         encoder = self.encoder

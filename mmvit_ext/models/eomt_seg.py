@@ -8,7 +8,8 @@ semantic inference. Import it from a config (``custom_imports = dict(imports=['m
   which is the loss of the official code (transformers' ``Mask2FormerLoss``), on every
   per-block prediction (deep supervision: ``d{i}.`` prefixes, the last unprefixed).
 - Inference: the official semantic one: per-pixel scores ``sigmoid(masks) . softmax(classes)``
-  without the no-object class; ``test_cfg=dict(mode='window', crop_size=(512, 512))`` cuts the
+  without the no-object class; ``test_cfg=dict(mode='window', crop_size=(512, 512))`` (default
+  crop: ``data_preprocessor.size``, the training crop, as the official ``img_size``) cuts the
   image (resized so its short side is the crop side) into the official evenly overlapping
   crops along the long side and averages the scores; ``'whole'`` / ``'slide'`` are mmseg's.
 """
@@ -141,7 +142,11 @@ class EoMTSegmentor(EncoderDecoder):
         """Scores (B, K, H, W) at the input size from the official crops of side
         ``test_cfg.crop_size``: the input resized so its short side is the crop side, cut along
         its long side, scores averaged where crops overlap, resized back."""
-        crop = min(self.test_cfg['crop_size'])
+        crop = self.test_cfg.get('crop_size') or getattr(self.data_preprocessor, 'size', None)
+        if not crop:
+            raise ConfigError("EoMTSegmentor: test_cfg mode 'window' needs crop_size (or "
+                              "data_preprocessor.size, the training crop)")
+        crop = min(crop)
         height, width = inputs.shape[-2:]
         factor = max(crop / height, crop / width)
         size = (round(height * factor), round(width * factor))
