@@ -2,6 +2,8 @@
 mask and class logits, DINOv2 form on timm's DINOv2-with-registers ViT and DINOv3 form on the
 official DINOv3 layout, weights perturbed, eval and train with fixed mask probabilities and
 seed; probability 0 is the plain-ViT pass; bad settings raise."""
+import re
+
 import pytest
 import torch
 
@@ -123,3 +125,99 @@ def test_bad_settings_raise():
         EoMT(tiny, NUM_CLASSES, 0)
     with pytest.raises(ConfigError, match='window_size'):
         EoMT(tiny, NUM_CLASSES, NUM_Q, window_size=7)
+
+
+# ---- published layouts -------------------------------------------------------------------------
+def _timm_to_hf_eomt(vit_state: dict, head_state: dict) -> dict:
+    """transformers ``EomtForUniversalSegmentation`` names (its modeling_eomt.py modules) of a
+    timm DINOv2-with-registers trunk and the official mask module."""
+    out = {'embeddings.cls_token': vit_state['cls_token'],
+           'embeddings.register_tokens': vit_state['reg_token'],
+           'embeddings.position_embeddings.weight': vit_state['pos_embed'][0],
+           'layernorm.weight': vit_state['norm.weight'], 'layernorm.bias': vit_state['norm.bias'],
+           'query.weight': head_state['q.weight'], 'criterion.empty_weight': torch.ones(6)}
+    for kind in ('weight', 'bias'):
+        out[f'embeddings.patch_embeddings.projection.{kind}'] = vit_state[f'patch_embed.proj.{kind}']
+        out[f'class_predictor.{kind}'] = head_state[f'class_head.{kind}']
+        for i, j in ((1, 0), (2, 2), (3, 4)):
+            out[f'mask_head.fc{i}.{kind}'] = head_state[f'mask_head.{j}.{kind}']
+    for key, value in head_state.items():
+        if key.startswith('upscale.'):
+            _, i, rest = key.split('.', 2)
+            out[f'upscale_block.block.{i}.{rest.replace("norm.", "layernorm2d.")}'] = value
+    for key, value in vit_state.items():
+        if not key.startswith('blocks.'):
+            continue
+        _, i, rest = key.split('.', 2)
+        if rest.startswith('attn.qkv.'):
+            for name, part in zip('qkv', value.chunk(3)):
+                out[f'layers.{i}.attention.{name}_proj.{rest.rsplit(".", 1)[1]}'] = part
+            continue
+        rest = rest.replace('attn.proj.', 'attention.out_proj.')
+        rest = rest.replace('ls1.gamma', 'layer_scale1.lambda1').replace('ls2.gamma',
+                                                                         'layer_scale2.lambda1')
+        out[f'layers.{i}.{rest}'] = value
+    return out
+
+
+def test_official_and_transformers_layouts_load_on_every_path(tmp_path):
+    """The tue-mps ``pytorch_model.bin`` keys (DINOv2 form: timm's trunk under
+    ``network.encoder.backbone``) and transformers' EoMT keys give the reference outputs,
+    through ``load_state_dict`` and ``init_cfg`` (Pretrained); idempotent conversion."""
+    from mmvit_ext.converters.eomt import convert_eomt
+    vit = _timm_dinov2().eval()
+    arch = dict(embed_dims=32, depth=4, num_heads=2, patch_size=14, layer_scale=1e-5)
+    model = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=3, img_size=56, reg_tokens=4).eval()
+    model.encoder.load_state_dict(vit.state_dict())
+    head = _mask_module(model, 14)
+    x = torch.randn(1, 3, 56, 56)
+    probs = (1.0, 1.0, 0.0)
+    model.attn_mask_probs.copy_(torch.tensor(probs))
+    expected = timm_eomt(vit, head, x, 3, probs)
+    official = {f'network.encoder.backbone.{k}': v for k, v in vit.state_dict().items()}
+    official.update({f'network.{k}': v for k, v in head.state_dict().items()})
+    official.update({'network.attn_mask_probs': torch.tensor(probs),
+                     'network.encoder.pixel_mean': torch.zeros(1, 3, 1, 1),
+                     'network.encoder.pixel_std': torch.ones(1, 3, 1, 1),
+                     'criterion.empty_weight': torch.ones(NUM_CLASSES + 1)})
+    hf = _timm_to_hf_eomt(vit.state_dict(), head.state_dict())
+    hf['attn_mask_probs'] = torch.tensor(probs)
+    for name, state in (('official', official), ('transformers', hf)):
+        converted = convert_eomt(state)
+        assert convert_eomt(converted).keys() == converted.keys()  # idempotent
+        fresh = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=3, img_size=56, reg_tokens=4).eval()
+        fresh.load_state_dict(state)
+        assert _compare(fresh(x, all_blocks=True), expected) <= TOL, name
+        path = tmp_path / f'{name}.bin'
+        torch.save(state, path)
+        loaded = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=3, img_size=56, reg_tokens=4,
+                      init_cfg=dict(type='Pretrained', checkpoint=str(path))).eval()
+        loaded.init_weights()
+        assert torch.equal(loaded.attn_mask_probs, torch.tensor(probs))
+        assert _compare(loaded(x, all_blocks=True), expected) <= TOL, name
+
+
+def test_official_dinov3_release_loads_as_deltas():
+    """The DINOv3 form of the official checkpoint: transformers' DINOv3 trunk renamed by the
+    official ``transformers_to_timm``, stored as deltas to the DINOv3 weights."""
+    cfg = dict(dinov3_ref.TINY, depth=3)
+    sd = dinov3_ref.official_state_dict(cfg, seed=4)
+    arch = dict(embed_dims=32, depth=3, num_heads=2, patch_size=16, layer_scale=1e-5,
+                reg_tokens=4, norm_eps=1e-5, rope=dict(base=100.0), mask_k_bias=True)
+    model = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=2, img_size=32).eval()
+    model.encoder.load_state_dict(sd)
+    head = _mask_module(model, 16)
+    x = torch.randn(1, 3, 48, 32)
+    expected = dinov3_eomt(sd, cfg, head, x, 2, (0.0, 0.0))  # a trained model's probabilities
+    trained = dinov3_ref.official_to_hf(sd)
+    pretrained = {k: v + 0.3 * torch.randn_like(v) for k, v in trained.items()}
+    official = {}  # transformers_to_timm: embeddings -> patch_embed, layer -> blocks
+    for key, value in trained.items():
+        renamed = re.sub(r'^layer\.', 'blocks.', re.sub(r'^embeddings\.', 'patch_embed.', key))
+        official[f'network.encoder.backbone.{renamed}'] = value - pretrained[key]
+    official.update({f'network.{k}': v for k, v in head.state_dict().items()})
+    official['network.attn_mask_probs'] = torch.zeros(2)
+    fresh = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=2, img_size=32).eval()
+    fresh.encoder.load_state_dict(pretrained)
+    fresh.load_trunk_deltas(official)
+    assert _compare(fresh(x, all_blocks=True), expected) <= TOL
