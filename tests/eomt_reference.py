@@ -152,3 +152,67 @@ def dinov3_eomt(sd: dict, cfg: dict, head: RefMaskModule, x: torch.Tensor, num_b
 
     num_prefix = 1 + sd['storage_tokens'].shape[1]
     return _run(head, tokens, cfg['depth'], num_blocks, probs, num_prefix, grid, norm, block_fn)
+
+
+# ---- the official loss (training/mask_classification_loss.py: transformers' Mask2FormerLoss) ---
+def _sample(x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+    """(N, 1, H, W) at (N, P, 2) [0, 1] points -> (N, P), bilinear, align_corners=False."""
+    return F.grid_sample(x, 2.0 * coords.unsqueeze(2) - 1.0, align_corners=False)[:, 0, :, 0]
+
+
+def _pair_bce(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+    pos = F.binary_cross_entropy_with_logits(pred, torch.ones_like(pred), reduction='none')
+    neg = F.binary_cross_entropy_with_logits(pred, torch.zeros_like(pred), reduction='none')
+    return (pos @ gt.T + neg @ (1 - gt).T) / pred.shape[1]
+
+
+def _pair_dice(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+    prob = pred.sigmoid()
+    return 1 - (2 * prob @ gt.T + 1) / (prob.sum(-1)[:, None] + gt.sum(-1)[None] + 1)
+
+
+@torch.no_grad()
+def _match(masks: torch.Tensor, classes: torch.Tensor, gt_masks: List[torch.Tensor],
+           gt_labels: List[torch.Tensor], num_points: int) -> List[Tuple[torch.Tensor, ...]]:
+    from scipy.optimize import linear_sum_assignment
+    indices = []
+    for i in range(masks.shape[0]):
+        coords = torch.rand(1, num_points, 2)
+        gt = _sample(gt_masks[i][:, None].float(), coords.repeat(len(gt_masks[i]), 1, 1))
+        pred = _sample(masks[i][:, None], coords.repeat(masks.shape[1], 1, 1))
+        cost = 5.0 * _pair_bce(pred, gt) - 2.0 * classes[i].softmax(-1)[:, gt_labels[i]] \
+            + 5.0 * _pair_dice(pred, gt)
+        rows, cols = linear_sum_assignment(cost.numpy())
+        indices.append((torch.as_tensor(rows), torch.as_tensor(cols)))
+    return indices
+
+
+def official_loss(masks: torch.Tensor, classes: torch.Tensor, gt_masks: List[torch.Tensor],
+                  gt_labels: List[torch.Tensor], num_points: int = 12544,
+                  oversample: float = 3.0, importance: float = 0.75,
+                  no_object: float = 0.1) -> dict:
+    """Unweighted mask BCE, dice and class CE of one prediction, the official way."""
+    indices = _match(masks, classes, gt_masks, gt_labels, num_points)
+    num_masks = max(float(sum(len(g) for g in gt_labels)), 1.0)
+    pred = torch.cat([masks[i][rows] for i, (rows, _) in enumerate(indices)])[:, None]
+    gt = torch.cat([gt_masks[i][cols] for i, (_, cols) in enumerate(indices)])[:, None].float()
+    with torch.no_grad():
+        sampled = int(num_points * oversample)
+        coords = torch.rand(pred.shape[0], sampled, 2)
+        uncertainty = -_sample(pred, coords).abs()
+        top = torch.topk(uncertainty, int(importance * num_points), dim=1)[1]
+        coords = torch.gather(coords, 1, top[..., None].expand(-1, -1, 2))
+        rest = num_points - int(importance * num_points)
+        coords = torch.cat([coords, torch.rand(pred.shape[0], rest, 2)], dim=1)
+        labels = _sample(gt, coords)
+    logits = _sample(pred, coords)
+    bce = F.binary_cross_entropy_with_logits(logits, labels, reduction='none').mean(1).sum()
+    prob = logits.sigmoid()
+    dice = (1 - (2 * (prob * labels).sum(-1) + 1) / (prob.sum(-1) + labels.sum(-1) + 1)).sum()
+    target = torch.full(classes.shape[:2], classes.shape[-1] - 1, dtype=torch.long)
+    for i, (rows, cols) in enumerate(indices):
+        target[i, rows] = gt_labels[i][cols]
+    weight = torch.ones(classes.shape[-1])
+    weight[-1] = no_object
+    ce = F.cross_entropy(classes.transpose(1, 2), target, weight=weight)
+    return dict(mask=bce / num_masks, dice=dice / num_masks, ce=ce)

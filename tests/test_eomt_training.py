@@ -1,0 +1,131 @@
+"""EoMT's training pieces against the official code's semantics: the loss (mmdet's Mask2Former
+loss in EoMTSemanticHead vs the official transformers-based loss, tests/eomt_reference.py), the
+mask annealing hook, the two-stage warm-up + poly schedule, the layer-decay grouping, and the
+official inference windows."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+import mmvit_ext  # noqa: F401
+from eomt_reference import official_loss
+from mmvit_ext.engine.eomt_hooks import (EoMTMaskAnnealingHook, TwoStageWarmupPolyLR,
+                                         mask_probability)
+from mmvit_ext.errors import ConfigError
+from mmvit_ext.models import EoMT
+
+TINY = dict(embed_dims=32, depth=3, num_heads=2)
+
+
+def _semantic_batch(batch: int, size: int = 64):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    gen = torch.Generator().manual_seed(3)
+    samples, gt_masks, gt_labels = [], [], []
+    for _ in range(batch):
+        blocks = torch.randint(0, 4, (1, 1, 4, 4), generator=gen).float()
+        seg = torch.nn.functional.interpolate(blocks, size=(size, size)).long()[0]
+        seg[:, :8] = 255  # ignored rows
+        sample = SegDataSample(metainfo=dict(img_shape=(size, size), pad_shape=(size, size)))
+        sample.gt_sem_seg = PixelData(data=seg)
+        samples.append(sample)
+        labels = torch.tensor([c for c in seg.unique().tolist() if c != 255])
+        gt_labels.append(labels)
+        gt_masks.append(torch.stack([seg[0] == c for c in labels]))
+    return samples, gt_masks, gt_labels
+
+
+def test_loss_is_the_official_one():
+    """Every block's class CE x2, mask BCE x5 and dice x5 equal the official loss with the same
+    random points (Hungarian matching on sampled points, importance sampling, no-object 0.1)."""
+    from mmvit_ext.models.eomt_seg import EoMTSemanticHead
+    head = EoMTSemanticHead(num_classes=4, num_queries=6, train_cfg=dict(num_points=300))
+    masks = torch.randn(2, 2, 6, 16, 16) * 3
+    classes = torch.randn(2, 2, 6, 5)
+    samples, gt_masks, gt_labels = _semantic_batch(2)
+    torch.manual_seed(11)
+    losses = head.loss((masks, classes), samples, None)
+    torch.manual_seed(11)
+    for p, prefix in enumerate(('d0.', '')):
+        ref = official_loss(masks[p], classes[p], gt_masks, gt_labels, num_points=300)
+        for key, weight, name in (('loss_cls', 2.0, 'ce'), ('loss_mask', 5.0, 'mask'),
+                                  ('loss_dice', 5.0, 'dice')):
+            ours = losses[prefix + key].item()
+            print(f'{prefix}{key}: ours {ours:.6f} official {weight * ref[name].item():.6f}')
+            assert ours == pytest.approx(weight * ref[name].item(), rel=1e-5, abs=1e-6)
+
+
+def test_annealing_hook_sets_the_official_probabilities():
+    model = nn.Sequential(EoMT(TINY, 3, 4, num_blocks=2, img_size=32))
+    hook = EoMTMaskAnnealingHook(start_iters=[0, 10], end_iters=[20, 30], poly_power=0.9)
+    runner = SimpleNamespace(model=model, iter=0)
+    hook.before_train(runner)
+    assert model[0].attn_mask_probs.tolist() == [1.0, 1.0]
+    for it, expected in ((4, [(1 - 5 / 20) ** 0.9, 1.0]),
+                         (19, [0.0, 0.5 ** 0.9]), (29, [0.0, 0.0])):
+        runner.iter = it  # after iteration it: step it + 1 (Lightning's global_step)
+        hook.after_train_iter(runner, it)
+        assert model[0].attn_mask_probs.tolist() == pytest.approx(expected)
+    assert mask_probability(5, 10, 20) == 1.0 and mask_probability(20, 10, 20) == 0.0
+    with pytest.raises(ConfigError, match='one entry'):
+        EoMTMaskAnnealingHook([0, 1], [5])
+    with pytest.raises(ConfigError, match='3 schedules for 2'):
+        EoMTMaskAnnealingHook([0, 1, 2], [5, 6, 7]).before_train(runner)
+
+
+def _official_lr(step: int, base: float, trunk: bool, warmup, total: int, power: float) -> float:
+    """training/two_stage_warmup_poly_schedule.py's get_lr, one group."""
+    non_vit, vit = warmup
+    if not trunk:
+        if non_vit > 0 and step < non_vit:
+            return base * (step / non_vit)
+        return base * (1 - max(0, step - non_vit) / max(1, total - non_vit)) ** power
+    if step < non_vit:
+        return 0.0
+    if step < non_vit + vit:
+        return base * ((step - non_vit) / vit)
+    return base * (1 - max(0, step - non_vit - vit) / max(1, total - non_vit - vit)) ** power
+
+
+def test_two_stage_schedule_is_the_official_one():
+    heads, trunk = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([dict(params=[heads], lr=1e-3),
+                                   dict(params=[trunk], lr=5e-4, trunk=True)])
+    scheduler = TwoStageWarmupPolyLR(optimizer, warmup_iters=(3, 4), total_iters=20)
+    for step in range(20):
+        lrs = [g['lr'] for g in optimizer.param_groups]
+        assert lrs == pytest.approx([_official_lr(step, 1e-3, False, (3, 4), 20, 0.9),
+                                     _official_lr(step, 5e-4, True, (3, 4), 20, 0.9)])
+        optimizer.step()
+        scheduler.step()
+
+
+def test_layer_decay_follows_the_official_grouping():
+    """lr of block i: lr * decay ** (depth - 1 - i); embeddings with block 0; the final norm,
+    queries and mask module at lr; the trunk's groups marked for the second warm-up."""
+    from mmengine.optim import build_optim_wrapper
+    model = nn.Module()
+    model.backbone = EoMT(dict(TINY, depth=4), 3, 4, num_blocks=2, img_size=32)
+    wrapper = build_optim_wrapper(model, dict(
+        type='OptimWrapper', optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.05),
+        constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
+        paramwise_cfg=dict(layer_decay_rate=0.5,
+                           custom_keys={'backbone.encoder.': dict(lr_mult=1.0, trunk=True)})))
+    lr_of = {id(p): (g['lr'], g.get('trunk', False)) for g in wrapper.param_groups
+             for p in g['params']}
+    net = model.backbone
+    assert lr_of[id(net.encoder.blocks[3].mlp.fc1.weight)] == (1.0, True)
+    assert lr_of[id(net.encoder.blocks[1].attn.qkv.weight)] == (0.25, True)
+    assert lr_of[id(net.encoder.patch_embed.proj.weight)] == (0.125, True)
+    assert lr_of[id(net.encoder.blocks[0].norm1.weight)] == (0.125, True)
+    assert lr_of[id(net.encoder.norm.weight)] == (1.0, True)
+    assert lr_of[id(net.q.weight)] == (1.0, False) and lr_of[id(net.upscale[0].conv1.weight)][0] == 1
+
+
+def test_official_inference_windows():
+    from mmvit_ext.models.eomt_seg import window_origins
+    # lightning_module.window_imgs_semantic: ceil(L / crop) crops, the overlap spread evenly
+    assert window_origins(512, 512) == [0]
+    assert window_origins(683, 512) == [0, 171]
+    assert window_origins(1100, 512) == [0, 294, 588]
