@@ -6,7 +6,7 @@
 # there (lightning_module.configure_optimizers applies it in a branch that never runs), so every
 # parameter trains at 2e-4 here too.
 # Trunk weights: dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth (dinov3/hub/backbones.py).
-# Published: 59.5 mIoU (tue-mps/ade20k_semantic_eomt_large_512_dinov3), released as deltas to
+# Published: 59.5 mIoU (tue-mps/ade_semantic_eomt_large_512_dinov3), released as deltas to
 # the DINOv3 weights (docs/model_zoo.md).
 _base_ = '../_base_/eomt_ade20k_512.py'
 
