@@ -195,6 +195,13 @@ def test_official_and_transformers_layouts_load_on_every_path(tmp_path):
         loaded.init_weights()
         assert torch.equal(loaded.attn_mask_probs, torch.tensor(probs))
         assert _compare(loaded(x, all_blocks=True), expected) <= TOL, name
+    # a bare trunk checkpoint (the training configs' init_cfg) goes to the encoder
+    torch.save(vit.state_dict(), tmp_path / 'trunk.pth')
+    trunk_only = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=3, img_size=56, reg_tokens=4,
+                      init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'trunk.pth')))
+    trunk_only.init_weights()
+    assert all(torch.equal(v, model.encoder.state_dict()[k])
+               for k, v in trunk_only.encoder.state_dict().items())
 
 
 def test_official_dinov3_release_loads_as_deltas():

@@ -129,3 +129,31 @@ def test_official_inference_windows():
     assert window_origins(512, 512) == [0]
     assert window_origins(683, 512) == [0, 171]
     assert window_origins(1100, 512) == [0, 294, 588]
+
+
+def test_segmentor_window_inference_averages_the_official_crops():
+    """mode 'window': a 32 x 56 input is one 32 x 32 crop at 0 and one at 24 (the official
+    starts); the scores are the crops' per-pixel scores, averaged where they overlap."""
+    import mmvit_ext.models.eomt_seg  # noqa: F401
+    from mmvit_ext.utils import build_model
+    seg = build_model(dict(
+        type='mmvit_ext.EoMTSegmentor',
+        data_preprocessor=dict(type='SegDataPreProcessor', size=(32, 32)),
+        backbone=dict(type='mmvit_ext.EoMT', arch=TINY, num_classes=3, num_queries=4,
+                      num_blocks=2, img_size=32),
+        decode_head=dict(type='mmvit_ext.EoMTSemanticHead', num_classes=3, num_queries=4),
+        test_cfg=dict(mode='window')), scope='mmseg').eval()
+    seg.backbone.attn_mask_probs.zero_()
+    x = torch.randn(1, 3, 32, 56)
+    meta = [dict(img_shape=(32, 56), ori_shape=(32, 56), pad_shape=(32, 56))]
+    with torch.no_grad():
+        scores = seg.inference(x, meta)
+        crop_meta = [dict(img_shape=(32, 32), pad_shape=(32, 32))]
+        left = seg.encode_decode(x[..., :32], crop_meta)
+        right = seg.encode_decode(x[..., 24:], crop_meta)
+    expected = torch.zeros(1, 3, 32, 56)
+    expected[..., :32] += left
+    expected[..., 24:] += right
+    expected[..., 24:32] /= 2
+    assert scores.shape == (1, 3, 32, 56)
+    assert torch.allclose(scores, expected, atol=1e-6)
