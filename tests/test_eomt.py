@@ -137,7 +137,8 @@ def _timm_to_hf_eomt(vit_state: dict, head_state: dict) -> dict:
            'layernorm.weight': vit_state['norm.weight'], 'layernorm.bias': vit_state['norm.bias'],
            'query.weight': head_state['q.weight'], 'criterion.empty_weight': torch.ones(6)}
     for kind in ('weight', 'bias'):
-        out[f'embeddings.patch_embeddings.projection.{kind}'] = vit_state[f'patch_embed.proj.{kind}']
+        out[f'embeddings.patch_embeddings.projection.{kind}'] = \
+            vit_state[f'patch_embed.proj.{kind}']
         out[f'class_predictor.{kind}'] = head_state[f'class_head.{kind}']
         for i, j in ((1, 0), (2, 2), (3, 4)):
             out[f'mask_head.fc{i}.{kind}'] = head_state[f'mask_head.{j}.{kind}']

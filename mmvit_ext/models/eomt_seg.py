@@ -13,12 +13,10 @@ semantic inference. Import it from a config (``custom_imports = dict(imports=['m
   image (resized so its short side is the crop side) into the official evenly overlapping
   crops along the long side and averages the scores; ``'whole'`` / ``'slide'`` are mmseg's.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from mmdet.registry import MODELS as MMDET_MODELS
-from mmdet.registry import TASK_UTILS
 from mmengine.model import BaseModule
 from mmseg.models.decode_heads import Mask2FormerHead
 from mmseg.models.segmentors import EncoderDecoder
@@ -26,30 +24,11 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..registry import MODELS
-
-PredictionStack = Tuple[Tensor, Tensor]
-
-
-def _default_loss_cls(num_classes: int, no_object_weight: float) -> dict:
-    return dict(type='mmdet.CrossEntropyLoss', use_sigmoid=False, loss_weight=2.0,
-                reduction='mean', class_weight=[1.0] * num_classes + [no_object_weight])
-
-
-DEFAULT_LOSS_MASK = dict(type='mmdet.CrossEntropyLoss', use_sigmoid=True, reduction='mean',
-                         loss_weight=5.0)
-DEFAULT_LOSS_DICE = dict(type='mmdet.DiceLoss', use_sigmoid=True, activate=True,
-                         reduction='mean', naive_dice=True, eps=1.0, loss_weight=5.0)
-DEFAULT_TRAIN_CFG = dict(
-    num_points=12544, oversample_ratio=3.0, importance_sample_ratio=0.75,
-    assigner=dict(type='mmdet.HungarianAssigner', match_costs=[
-        dict(type='mmdet.ClassificationCost', weight=2.0),
-        dict(type='mmdet.CrossEntropyLossCost', weight=5.0, use_sigmoid=True),
-        dict(type='mmdet.DiceCost', weight=5.0, pred_act=True, eps=1.0)]),
-    sampler=dict(type='mmdet.MaskPseudoSampler'))
+from .eomt_loss import EoMTLossMixin, PredictionStack
 
 
 @MODELS.register_module()
-class EoMTSemanticHead(Mask2FormerHead):
+class EoMTSemanticHead(EoMTLossMixin, Mask2FormerHead):
     """The loss and semantic inference of EoMT over the network's stacked predictions (mmseg's
     ``Mask2FormerHead`` without its pixel decoder and transformer decoder: EoMT's trunk is
     both).
@@ -72,31 +51,8 @@ class EoMTSemanticHead(Mask2FormerHead):
         self.num_classes = self.out_channels = num_classes
         self.num_queries = num_queries
         self.ignore_index, self.align_corners = ignore_index, align_corners
-        train_cfg = dict(DEFAULT_TRAIN_CFG, **(train_cfg or {}))
-        self.train_cfg, self.test_cfg = train_cfg, None
-        self.assigner = TASK_UTILS.build(train_cfg['assigner'])
-        self.sampler = TASK_UTILS.build(train_cfg['sampler'], default_args=dict(context=self))
-        self.num_points = train_cfg['num_points']
-        self.oversample_ratio = train_cfg['oversample_ratio']
-        self.importance_sample_ratio = train_cfg['importance_sample_ratio']
-        loss_cls = loss_cls or _default_loss_cls(num_classes, no_object_weight)
-        if len(loss_cls.get('class_weight') or []) != num_classes + 1:
-            raise ConfigError(f'EoMTSemanticHead: loss_cls.class_weight needs num_classes + 1 '
-                              f'= {num_classes + 1} entries (the last: no-object)')
-        self.class_weight = loss_cls['class_weight']
-        self.loss_cls = MMDET_MODELS.build(loss_cls)
-        self.loss_mask = MMDET_MODELS.build(loss_mask or DEFAULT_LOSS_MASK)
-        self.loss_dice = MMDET_MODELS.build(loss_dice or DEFAULT_LOSS_DICE)
-
-    def init_weights(self) -> None:
-        """Nothing to initialise: the head has no parameters."""
-
-    def forward(self, x: PredictionStack, batch_data_samples=None
-                ) -> Tuple[List[Tensor], List[Tensor]]:
-        """The network's (mask logits (P, B, Q, h, w), class logits (P, B, Q, K + 1)) -> the
-        per-prediction lists of class and mask logits mmdet's loss takes."""
-        mask_logits, class_logits = x
-        return list(class_logits.unbind(0)), list(mask_logits.unbind(0))
+        self.init_loss(num_classes, no_object_weight, loss_cls, loss_mask, loss_dice, train_cfg)
+        self.test_cfg = None
 
     def predict(self, x: PredictionStack, batch_img_metas: List[dict], test_cfg: dict) -> Tensor:
         """(B, K, H, W) per-pixel scores of the last prediction at the input size."""
