@@ -158,3 +158,46 @@ def test_segmentor_window_inference_averages_the_official_crops():
     expected[..., 24:32] /= 2
     assert scores.shape == (1, 3, 32, 56)
     assert torch.allclose(scores, expected, atol=1e-6)
+
+
+def test_mmdet_panoptic_model_trains_and_predicts():
+    """mmdet's Mask2Former detector around the network: the panoptic loss (things from
+    instances, stuff from the semantic map) on every prediction, and panoptic + instance
+    results from MaskFormerFusionHead with the official thresholds."""
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.config import ConfigDict
+    from mmengine.structures import InstanceData, PixelData
+    import mmvit_ext.models.eomt_det  # noqa: F401
+    from mmvit_ext.utils import build_model
+    test_cfg = dict(panoptic_on=True, semantic_on=False, instance_on=True, max_per_image=10,
+                    object_mask_thr=0.8, iou_thr=0.8, filter_low_score=True)
+    model = build_model(ConfigDict(
+        type='Mask2Former', data_preprocessor=dict(type='DetDataPreprocessor'),
+        backbone=dict(type='mmvit_ext.EoMT', arch=TINY, num_classes=5, num_queries=6,
+                      num_blocks=2, img_size=32),
+        panoptic_head=dict(type='mmvit_ext.EoMTPanopticHead', num_things_classes=3,
+                           num_stuff_classes=2, num_queries=6, train_cfg=dict(num_points=64)),
+        panoptic_fusion_head=dict(type='MaskFormerFusionHead', num_things_classes=3,
+                                  num_stuff_classes=2),
+        train_cfg=dict(num_points=64), test_cfg=test_cfg), scope='mmdet')
+    sample = DetDataSample(metainfo=dict(img_shape=(32, 48), ori_shape=(32, 48),
+                                         pad_shape=(32, 48), batch_input_shape=(32, 48)))
+    masks = torch.zeros(2, 32, 48, dtype=torch.uint8)
+    masks[0, 4:12, 4:20], masks[1, 16:28, 20:40] = 1, 1
+    sample.gt_instances = InstanceData(labels=torch.tensor([0, 2]),
+                                       masks=BitmapMasks(masks.numpy(), 32, 48),
+                                       bboxes=torch.tensor([[4., 4, 20, 12], [20, 16, 40, 28]]))
+    sem = torch.full((1, 32, 48), 255, dtype=torch.long)
+    sem[:, :, 40:] = 3  # stuff class 3 (the first stuff class)
+    sample.gt_sem_seg = PixelData(sem_seg=sem)
+    x = torch.randn(1, 3, 32, 48)
+    model.train()
+    losses = model.loss(x, [sample])
+    assert {'loss_cls', 'loss_mask', 'loss_dice', 'd0.loss_cls', 'd1.loss_dice'} <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
+    model.eval()
+    with torch.no_grad():
+        result = model.predict(x, [sample])[0]
+    assert result.pred_panoptic_seg.sem_seg.shape == (1, 32, 48)
+    assert result.pred_instances.masks.shape[1:] == (32, 48)
