@@ -229,3 +229,29 @@ def test_official_dinov3_release_loads_as_deltas():
     fresh.encoder.load_state_dict(pretrained)
     fresh.load_trunk_deltas(official)
     assert _compare(fresh(x, all_blocks=True), expected) <= TOL
+
+
+def test_semantic_export_with_dynamic_sizes_and_compile_without_breaks(tmp_path):
+    """A trained (annealed) EoMT as a semantic ONNX graph with dynamic batch, height and width,
+    checked in ONNX Runtime at sizes the export never saw; and one dynamo graph in eval."""
+    from mmvit_ext import deploy
+    from mmvit_ext.models import EoMTSemanticOutputs
+    net = EoMT(dict(embed_dims=32, depth=3, num_heads=2), NUM_CLASSES, NUM_Q, num_blocks=2,
+               img_size=32).eval()
+    _perturb(net, 5)
+    with pytest.raises(ConfigError, match='attn_mask_probs must be 0'):
+        EoMTSemanticOutputs(net)
+    net.attn_mask_probs.zero_()
+    root = EoMTSemanticOutputs(net).eval()
+    path = deploy.export_onnx(root, torch.randn(2, 3, 99, 131), tmp_path / 'eomt.onnx',
+                              min_size=32)
+    session = deploy.ort_session(path)
+    for batch, height, width in ((1, 83, 51), (3, 48, 144)):
+        inputs = torch.randn(batch, 3, height, width)
+        assert deploy.max_relative_diff(root, session, inputs) <= 1e-4
+        assert session.run(None, {'inputs': inputs.numpy()})[0].shape == (
+            batch, NUM_CLASSES, height, width)
+    compiled = torch.compile(root, backend='eager', fullgraph=True)  # raises on a graph break
+    x = torch.randn(1, 3, 48, 64)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x)[0], root(x)[0], atol=1e-5)

@@ -195,14 +195,17 @@ class EoMT(BaseModule):
         bias[:, 0, :q, start:] = bias.new_zeros(blocked.shape).masked_fill(blocked, float('-inf'))
         return bias
 
-    def forward(self, x: torch.Tensor, all_blocks: Optional[bool] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Images (B, 3, H, W), normalised -> stacked mask and class logits (class docstring)."""
+    def forward(self, x: torch.Tensor, all_blocks: Optional[bool] = None,
+                annealed: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, 3, H, W), normalised -> stacked mask and class logits (class docstring).
+        ``annealed``: the pass of a trained model, no masks whatever ``attn_mask_probs`` holds
+        (0 after annealing); for export and compilation, which cannot branch on the buffer."""
         all_blocks = self.training if all_blocks is None else all_blocks
         encoder = self.encoder
         tokens, hw = encoder.embed_tokens(x)
         first = encoder.depth - self.num_blocks
-        probs = self.attn_mask_probs.tolist()
+        probs = self.attn_mask_probs.tolist() if self.masked_attn and not annealed \
+            else [0.0] * self.num_blocks
         masks, classes = [], []
         for i, block in enumerate(encoder.blocks):
             if i == first:
@@ -225,3 +228,31 @@ class EoMT(BaseModule):
         masks.append(mask_logits)
         classes.append(class_logits)
         return torch.stack(masks), torch.stack(classes)
+
+
+def semantic_scores(mask_logits: torch.Tensor, class_logits: torch.Tensor) -> torch.Tensor:
+    """The official per-pixel class scores: ``sum_q sigmoid(mask_q) softmax(class_q)[:K]``."""
+    return torch.einsum('bqhw,bqc->bchw', mask_logits.sigmoid(),
+                        class_logits.softmax(dim=-1)[..., :-1])
+
+
+class EoMTSemanticOutputs(nn.Module):
+    """A trained EoMT as a semantic export root (``mmvit_ext.deploy.export_onnx``): image
+    (B, 3, H, W) -> per-pixel scores (B, num_classes, H, W) of the last prediction, the mask
+    logits bilinearly resized to the input (the official semantic inference on one crop)."""
+
+    def __init__(self, net: EoMT) -> None:
+        super().__init__()
+        if net.masked_attn and bool(net.attn_mask_probs.any()):
+            raise ConfigError('EoMTSemanticOutputs: attn_mask_probs must be 0 (a trained, '
+                              'annealed network); masked attention is a training-time path')
+        self.net = net
+
+    def output_names(self, example: torch.Tensor) -> List[str]:
+        return ['seg_logits']
+
+    def forward(self, inputs: torch.Tensor) -> Tuple[torch.Tensor]:
+        mask_logits, class_logits = self.net(inputs, all_blocks=False, annealed=True)
+        mask_logits = F.interpolate(mask_logits[-1], size=inputs.shape[-2:], mode='bilinear',
+                                    align_corners=False)
+        return (semantic_scores(mask_logits, class_logits[-1]),)

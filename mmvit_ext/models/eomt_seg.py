@@ -15,7 +15,6 @@ semantic inference. Import it from a config (``custom_imports = dict(imports=['m
 """
 from typing import List, Optional
 
-import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 from mmseg.models.decode_heads import Mask2FormerHead
@@ -24,6 +23,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..registry import MODELS
+from .eomt import semantic_scores
 from .eomt_loss import EoMTLossMixin, PredictionStack
 
 
@@ -61,12 +61,6 @@ class EoMTSemanticHead(EoMTLossMixin, Mask2FormerHead):
         size = meta.get('pad_shape', meta['img_shape'])[:2]
         mask_logits = F.interpolate(mask_logits, size=size, mode='bilinear', align_corners=False)
         return semantic_scores(mask_logits, class_logits)
-
-
-def semantic_scores(mask_logits: Tensor, class_logits: Tensor) -> Tensor:
-    """The official per-pixel class scores: ``sum_q sigmoid(mask_q) softmax(class_q)[:K]``."""
-    return torch.einsum('bqhw,bqc->bchw', mask_logits.sigmoid(),
-                        class_logits.softmax(dim=-1)[..., :-1])
 
 
 def window_origins(length: int, crop: int) -> List[int]:
