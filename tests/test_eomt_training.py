@@ -122,6 +122,10 @@ def test_layer_decay_follows_the_official_grouping():
     assert lr_of[id(net.encoder.norm.weight)] == (1.0, True)
     assert lr_of[id(net.q.weight)] == (1.0, False)
     assert lr_of[id(net.upscale[0].conv1.weight)] == (1.0, False)
+    # llrd_l2_enabled=False: the query blocks (2, 3) at lr, the others decayed as before
+    net.decay_query_blocks = False
+    assert [net.get_layer_depth(f'encoder.blocks.{i}.mlp.fc1.weight') for i in range(4)] == \
+        [(1, 5), (2, 5), (4, 5), (4, 5)]
 
 
 def test_official_inference_windows():

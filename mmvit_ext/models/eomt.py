@@ -85,6 +85,8 @@ class EoMT(BaseModule):
         masked_attn: predictions before each query block and masked attention there (the
             official ``masked_attn_enabled``); off: queries attend freely, one prediction.
         img_size: the trunk's position-embedding size (the training crop: 512 / 640 / 1280).
+        decay_query_blocks: layer-wise lr decay reaches the query blocks too (the official
+            ``llrd_l2_enabled=True``); off: they train at the full lr (:meth:`get_layer_depth`).
         **encoder_args: further :class:`VisionTransformer` arguments (``reg_tokens``,
             ``drop_path_rate`` ...).
 
@@ -96,6 +98,7 @@ class EoMT(BaseModule):
     def __init__(self, arch: Union[str, dict], num_classes: int, num_queries: int = 100,
                  num_blocks: int = 4, masked_attn: bool = True,
                  img_size: Union[int, Tuple[int, int]] = 512, drop_path_rate: float = 0.0,
+                 decay_query_blocks: bool = True,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **encoder_args: Any) -> None:
         super().__init__(init_cfg=init_cfg)
         for key in ('out_type', 'out_indices', 'window_size', 'with_cls_token', 'final_norm'):
@@ -109,7 +112,7 @@ class EoMT(BaseModule):
         self._check_encoder(num_classes, num_queries, num_blocks)
         dim = self.encoder.embed_dims
         self.num_classes, self.num_queries, self.num_blocks = num_classes, num_queries, num_blocks
-        self.masked_attn = masked_attn
+        self.masked_attn, self.decay_query_blocks = masked_attn, decay_query_blocks
         self.num_prefix_tokens = 1 + (0 if self.encoder.register_tokens is None
                                       else self.encoder.register_tokens.shape[1])
         self.register_buffer('attn_mask_probs', torch.ones(num_blocks))
@@ -162,12 +165,15 @@ class EoMT(BaseModule):
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """``(layer_id, num_layers)`` for layer-wise lr decay, the official grouping: block ``i``
         at ``i + 1`` of ``depth + 1`` (factor ``decay ** (depth - 1 - i)``), the embeddings with
-        block 0, the final norm, queries and mask module at the top."""
+        block 0, the final norm, queries and mask module at the top (the query blocks too
+        without ``decay_query_blocks``)."""
         num_layers = self.encoder.depth + 1
         name = param_name[len(prefix):] if param_name.startswith(prefix) else ''
         if not name.startswith('encoder.'):
             return num_layers - 1, num_layers
         layer_id, _ = self.encoder.get_layer_depth(name, 'encoder.')
+        if not self.decay_query_blocks and layer_id > self.encoder.depth - self.num_blocks:
+            return num_layers - 1, num_layers
         return min(max(layer_id, 1), num_layers - 1), num_layers
 
     # ---- the mask module -----------------------------------------------------------------
