@@ -22,7 +22,7 @@ mend_breaks()  # a helper the installed peers import and their transformers lack
 warn_problems()  # installed-package combinations that break the peers' imports, named first
 register_scope()  # `_base_ = 'mmvit_ext::dir/file.py'` resolves to the shipped configs
 
-from . import backbones, converters, engine, flags, layers  # noqa: E402,F401
+from . import backbones, converters, engine, flags, layers, models  # noqa: E402,F401
 from .optim import LayerDecayOptimWrapperConstructor  # noqa: E402
 from .registry import HOOKS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS  # noqa: E402
 

@@ -13,10 +13,11 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import Registry
 
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvit_ext',
-                  locations=['mmvit_ext.backbones'])
+                  locations=['mmvit_ext.backbones', 'mmvit_ext.models'])
 HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvit_ext', locations=['mmvit_ext.engine'])
 FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, scope='mmvit_ext',
                      locations=['mmvit_ext.engine'])
@@ -25,5 +26,8 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     scope='mmvit_ext', locations=['mmvit_ext.optim'])
 OPTIM_WRAPPERS = Registry('optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvit_ext',
                           locations=['mmvit_ext.engine'])
+PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS,
+                            scope='mmvit_ext', locations=['mmvit_ext.engine'])
 
-__all__ = ['MODELS', 'HOOKS', 'FUNCTIONS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'OPTIM_WRAPPERS']
+__all__ = ['MODELS', 'HOOKS', 'FUNCTIONS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'OPTIM_WRAPPERS',
+           'PARAM_SCHEDULERS']

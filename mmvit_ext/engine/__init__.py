@@ -5,6 +5,7 @@ from .compile import COMPILE_TARGETS, apply_compile_choice, compile_backbone
 from .fsdp import backbone_block_policy, prepare_strategy, strip_wrapper_prefixes
 from .determinism import (DeterminismCheckHook, check_cuda_determinism,
                           nondeterministic_cuda_modules, prepare_cuda_determinism)
+from .eomt_hooks import EoMTMaskAnnealingHook, TwoStageWarmupPolyLR, mask_probability
 from .hooks import (ModelLayoutHook, RandomStateHook, TrustedCheckpointHook,
                     add_run_hooks)
 from .precision import CpuAmpOptimWrapper, Fp32OpsHook, amp_on_cpu, keep_ops_float32
@@ -18,4 +19,5 @@ __all__ = ['ModelLayoutHook', 'RandomStateHook', 'TrustedCheckpointHook', 'add_r
            'prepare_cuda_determinism', 'AtomicSaveRunner', 'atomic_save_checkpoint',
            'find_resumable_checkpoint', 'init_cpu_distributed', 'backbone_block_policy',
            'prepare_strategy', 'strip_wrapper_prefixes', 'COMPILE_TARGETS',
-           'apply_compile_choice', 'compile_backbone']
+           'apply_compile_choice', 'compile_backbone', 'EoMTMaskAnnealingHook',
+           'TwoStageWarmupPolyLR', 'mask_probability']
