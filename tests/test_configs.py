@@ -27,6 +27,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from mmvit_ext.engine import CpuAmpOptimWrapper, amp_on_cpu, keep_ops_float32
+from mmvit_ext.backbones import VisionTransformer
 from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import build_model, task_scope
 
@@ -40,8 +41,10 @@ SEG_SCALE, SEG_CROP = (128, 64), (64, 64)
 CLS_CROP, CLS_EDGE = 64, 72
 # A trunk past this many parameters (about 12 dim^2 per block) steps at 1/16 of its width, its
 # depth, heads and block structure kept, and every width of the neck and heads that follow it
-# scaled alike: the DINOv3 ViT-7B's float32 weights alone (26.9 GB) exceed this machine's memory.
-BIG_TRUNK, BIG_TRUNK_SHRINK = 2e9, 16
+# scaled alike: the DINOv3 ViT-7B's float32 weights alone (26.9 GB) exceed this machine's memory,
+# and a ViT-L (0.3 B) with a Mask2Former head or EoMT's 512 px queries takes minutes a step on
+# 2 cores; ViT-B (86 M) and smaller step at their width.
+BIG_TRUNK, BIG_TRUNK_SHRINK = 2e8, 16
 
 
 def test_configs_found():
@@ -115,7 +118,7 @@ def _fewer_proposals(model: dict) -> None:
 
 # every width of the neck and heads, narrowed with a big trunk
 HEAD_WIDTHS = ('in_channels', 'channels', 'feat_channels', 'out_channels', 'embed_dims',
-               'feedforward_channels', 'num_feats')
+               'feedforward_channels', 'num_feats', 'hidden_dims')
 
 
 def _narrow(node, scale: int) -> None:
@@ -138,15 +141,16 @@ def _shrink_big_trunk(model: dict) -> None:
     the neck and heads narrowed alike."""
     backbone = model.backbone
     cls = MODELS.get(backbone.type)
+    zoo = getattr(cls, 'arch_zoo', None) or VisionTransformer.arch_zoo  # EoMT: the ViT presets
     arch = backbone.get('arch')
-    if not isinstance(arch, str) or arch not in getattr(cls, 'arch_zoo', {}):
+    if not isinstance(arch, str) or arch not in zoo:
         return
-    preset = dict(cls.arch_zoo[arch])
+    preset = dict(zoo[arch])
     depth = preset.get('depth')  # plain trunks; the pyramids' stages are far below the bound
     if not isinstance(depth, int) or 12 * preset['embed_dims'] ** 2 * depth <= BIG_TRUNK:
         return
     backbone.arch = dict(preset, embed_dims=preset['embed_dims'] // BIG_TRUNK_SHRINK)
-    for part in ('neck', 'decode_head', 'auxiliary_head'):
+    for part in ('neck', 'decode_head', 'auxiliary_head', 'rpn_head', 'roi_head'):
         _narrow(model.get(part), BIG_TRUNK_SHRINK)
 
 
