@@ -280,6 +280,22 @@ def cait_cases() -> Dict[str, Case]:
                                     lambda x: (model.forward_features(x)[:, 0],), ours, CAIT_IMG)}
 
 
+# ---- DINOv3 ConvNeXt ---------------------------------------------------------------------------
+def convnext_cases() -> Dict[str, Case]:
+    """The official hub layout and transformers' DINOv3ConvNextModel layout against the
+    test-side reference (tests/convnext_reference.py), the final norm on the last map."""
+    import convnext_reference as ref
+    official = ref.official_state_dict(**ref.TINY, seed=5)
+    ours = dict(type='ConvNeXt', arch=dict(ref.TINY), out_norm=True)
+
+    def features(x):
+        return ref.intermediate_layers(official, x, norm=True)
+    return {'official DINOv3 ConvNeXt': Case('convnext', 'official DINOv3 ConvNeXt', official,
+                                             features, ours, 64),
+            'HF DINOv3ConvNextModel': Case('convnext', 'Hugging Face transformers DINOv3 ConvNeXt',
+                                           ref.official_to_hf(official), features, ours, 64)}
+
+
 def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
     return build_in_scope('mmvit_ext', dict(cfg, init_cfg=init_cfg))
 
@@ -318,7 +334,7 @@ def all_cases() -> Dict[Tuple[str, str], Case]:
     torch.manual_seed(0)
     cases = {}
     import vit_peers  # imports this module: its cases are built here, not at import
-    for build in (swin_cases, pvt_cases, cait_cases, vit_peers.vit_cases):
+    for build in (swin_cases, pvt_cases, cait_cases, vit_peers.vit_cases, convnext_cases):
         cases.update({(case.family, name): case for name, case in build().items()})
     cases.update({(case.family, 'official (round trip, no peer in the venv)'): case
                   for case in official_round_trip_cases().values()})

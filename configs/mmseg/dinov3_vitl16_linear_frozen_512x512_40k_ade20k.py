@@ -6,6 +6,7 @@
 # ADE20K augmentation (random scale 0.5-2 of 512 px, 512 crop with cat_max_ratio 0.75, flip,
 # photometric distortion: the official set), slide test 512 / stride 341, float32.
 # Published (DINOv3 paper, arXiv 2508.10104, ViT-L distilled): 54.9 mIoU.
+# Training-time RoPE: not used (the trunk is frozen, in eval mode: no coordinate draws).
 # Weights: the official dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth at checkpoints/ (the file
 # name of dinov3/hub/backbones.py; auto-detected layout).
 _base_ = '../_base_/fpn_40k.py'
