@@ -34,7 +34,8 @@ def official_state_dict(embed_dims: Sequence[int], depths: Sequence[int], seed: 
         for j in range(depths[i]):
             p = f'stages.{i}.{j}.'
             sd.update({p + 'gamma': rand(dim, std=0.1, mean=0.5),
-                       p + 'dwconv.weight': rand(dim, 1, 7, 7, std=0.1), p + 'dwconv.bias': rand(dim),
+                       p + 'dwconv.weight': rand(dim, 1, 7, 7, std=0.1),
+                       p + 'dwconv.bias': rand(dim),
                        p + 'norm.weight': rand(dim, std=0.1, mean=1.0), p + 'norm.bias': rand(dim),
                        p + 'pwconv1.weight': rand(4 * dim, dim, std=0.2),
                        p + 'pwconv1.bias': rand(4 * dim),

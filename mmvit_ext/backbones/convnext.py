@@ -64,7 +64,9 @@ class ConvNeXtBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         branch = self.ls(self.mlp(self.norm(self.dwconv(x).permute(0, 2, 3, 1))))
-        return x + self.drop_path(branch.permute(0, 3, 1, 2))
+        # the permuted branch first: the sum keeps its channels-last layout, which the next
+        # block's depthwise conv and channels-last norm read without a copy (as timm's)
+        return self.drop_path(branch.permute(0, 3, 1, 2)) + x
 
 
 class ConvNeXtDownsample(nn.Module):
