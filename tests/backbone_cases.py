@@ -55,6 +55,19 @@ CASES: Dict[str, List[dict]] = {
         dict(model_name='vit_tiny_patch16_224', embed_dim=32, depth=3, num_heads=2,
              dynamic_img_size=True, dynamic_img_pad=True, features_only=True),
     ],
+    # the official DINOv3 form on a tiny DINOv3 trunk: frozen (its default), and trained
+    'DINOv3Adapter': [
+        dict(arch=dict(dinov3_arch_zoo()['dinov3_vits16'], embed_dims=32, depth=4, num_heads=2),
+             conv_inplane=8, deform_num_heads=2),
+        dict(arch=dict(dinov3_arch_zoo()['dinov3_vits16'], embed_dims=32, depth=4, num_heads=2,
+                       layer_scale=0.5),
+             freeze_trunk=False, conv_inplane=8, deform_num_heads=2),
+    ],
+    'ConvNeXt': [
+        dict(arch='dinov3_convnext_tiny'),
+        dict(arch='dinov3_convnext_tiny', out_norm=True),
+        dict(arch=dict(embed_dims=(16, 24, 32, 40), depths=(1, 2, 1, 1), layer_scale=0.5)),
+    ],
     'ViTAdapter': [
         dict(arch='ti'),
         dict(arch=dict(embed_dims=48, depth=4, num_heads=2), deform_num_heads=2, conv_inplane=8,
@@ -73,7 +86,7 @@ OWN_CODE = {name: cfg for name, cfg in SMALL.items() if name not in LIBRARY_WRAP
 LARGE_SIZE_OK = {('SwinTransformer', 0), ('SwinTransformer', 3), ('PyramidVisionTransformerV2', 1),
                  ('PyramidVisionTransformerV2', 2), ('PyramidVisionTransformerV2', 3),
                  ('DeepViT', 0), ('DeepViT', 3), ('CaiT', 2), ('RefinedViT', 0), ('RefinedViT', 2),
-                 ('VisionTransformer', 2), ('VisionTransformer', 4)}
+                 ('VisionTransformer', 2), ('VisionTransformer', 4), ('ConvNeXt', 2)}
 # A tiny DINOv3 trunk (RoPE from the grid at run time, storage tokens, k-bias mask, out_norm;
 # LayerScale 0.5 instead of 1e-5, so that attention moves the outputs): export and compile tests.
 TINY_DINOV3 = dict(arch=dict(dinov3_arch_zoo()['dinov3_vits16'], embed_dims=32, depth=4,

@@ -18,6 +18,7 @@ from mmvit_ext.converters import CheckpointError, save_state_dict
 # names it): ViT-Adapter's deformable attention samples with grid_sample; TimmBackbone runs
 # timm's own attention, which flags.fused_attention does not switch (timm's fused_attn does)
 DOUBLE_BACKWARD_LACKS = {'ViTAdapter': 'grid_sampler_2d_backward',
+                         'DINOv3Adapter': 'grid_sampler_2d_backward',
                          'TimmBackbone': '_scaled_dot_product_flash_attention'}
 
 SIZES = [(112, 137), (224, 224), (513, 769)]
@@ -80,8 +81,11 @@ def check_with_cp(cls: Type[BaseBackbone], cfg: dict, setting: Any = True) -> No
     chunked = set()
     for index, (block, part) in enumerate(zip([b for s in stages for b in s], parts)):
         for name, module, recomputed in ((f'{index}', block, part == 'block'),
-                                         (f'{index}.attn', block.attn, part in ('block', 'attn')),
+                                         (f'{index}.attn', getattr(block, 'attn', None),
+                                          part in ('block', 'attn')),
                                          (f'{index}.mlp', block.mlp, part in ('block', 'mlp'))):
+            if module is None:  # a convolutional block (ConvNeXt) mixes tokens without attention
+                continue
             module.register_forward_pre_hook(  # a recomputation may stop before the end
                 lambda *_, key=name: runs.__setitem__(key, runs.get(key, 0) + 1))
             expected[name] = 2 if recomputed else 1

@@ -8,8 +8,9 @@ Also the two other layouts' key conventions (timm ``vit_*_dinov3``, transformers
 installed versions lack the models.
 """
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -73,12 +74,24 @@ def official_state_dict(cfg: dict, seed: int = 0, patch: int = 16) -> StateDict:
     return sd
 
 
-def _rope(sd: StateDict, h: int, w: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """RopePositionEmbedding.forward, normalize_coords='separate', eval (no augmentation)."""
+def _rope(sd: StateDict, h: int, w: int, augment: Optional[dict] = None
+          ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """RopePositionEmbedding.forward, normalize_coords='separate'; ``augment`` (``shift``,
+    ``jitter``, ``rescale``, each optional): training mode, the draws made as the official
+    does: float32, shift (2,) uniform, jitter (2,) exp of uniform in +-log, rescale (1,) alike."""
     periods = sd['rope_embed.periods'].float()
     ch = torch.arange(0.5, h, dtype=torch.float32) / h
     cw = torch.arange(0.5, w, dtype=torch.float32) / w
     coords = torch.stack(torch.meshgrid(ch, cw, indexing='ij'), dim=-1).flatten(0, 1) * 2.0 - 1.0
+    augment = augment or {}
+    if augment.get('shift') is not None:
+        coords += torch.empty(2).uniform_(-augment['shift'], augment['shift'])[None, :]
+    if augment.get('jitter') is not None:
+        top = float(np.log(augment['jitter']))
+        coords *= torch.empty(2).uniform_(-top, top).exp()[None, :]
+    if augment.get('rescale') is not None:
+        top = float(np.log(augment['rescale']))
+        coords *= torch.empty(1).uniform_(-top, top).exp()
     angles = (2 * math.pi * coords[:, :, None] / periods[None, None, :]).flatten(1, 2).tile(2)
     return torch.sin(angles), torch.cos(angles)
 
@@ -118,10 +131,13 @@ def _block(sd: StateDict, p: str, x: torch.Tensor, rope, cfg: dict, eps: float) 
 
 @torch.no_grad()
 def get_intermediate_layers(sd: StateDict, cfg: dict, x: torch.Tensor, n: Sequence[int],
-                            norm: bool = True, eps: float = 1e-5, patch: int = 16
+                            norm: bool = True, eps: float = 1e-5, patch: int = 16,
+                            rope_augment: Optional[dict] = None
                             ) -> List[Tuple[torch.Tensor, torch.Tensor]]:
     """The official ``get_intermediate_layers(x, n=n, reshape=True, return_class_token=True,
-    norm=norm)``: per block of ``n``, the (B, C, h, w) patch map and the (B, C) class token."""
+    norm=norm)``: per block of ``n``, the (B, C, h, w) patch map and the (B, C) class token.
+    ``rope_augment``: in training mode, with the RoPE's coordinate augmentation, which the
+    official trunk draws anew for every block (its RoPE is called inside the block loop)."""
     dim = cfg['embed_dim']
     B, _, H, W = x.shape
     h, w = H // patch, W // patch
@@ -135,6 +151,8 @@ def get_intermediate_layers(sd: StateDict, cfg: dict, x: torch.Tensor, n: Sequen
     rope = _rope(sd, h, w)
     outs = []
     for i in range(cfg['depth']):
+        if rope_augment:
+            rope = _rope(sd, h, w, rope_augment)
         tokens = _block(sd, f'blocks.{i}.', tokens, rope, cfg, eps)
         if i in n:
             outs.append(tokens)

@@ -280,6 +280,41 @@ def cait_cases() -> Dict[str, Case]:
                                     lambda x: (model.forward_features(x)[:, 0],), ours, CAIT_IMG)}
 
 
+# ---- DINOv3 ConvNeXt ---------------------------------------------------------------------------
+def convnext_cases() -> Dict[str, Case]:
+    """The official hub layout and transformers' DINOv3ConvNextModel layout against the
+    test-side reference (tests/convnext_reference.py), the final norm on the last map."""
+    import convnext_reference as ref
+    official = ref.official_state_dict(**ref.TINY, seed=5)
+    ours = dict(type='ConvNeXt', arch=dict(ref.TINY), out_norm=True)
+
+    def features(x):
+        return ref.intermediate_layers(official, x, norm=True)
+    return {'official DINOv3 ConvNeXt': Case('convnext', 'official DINOv3 ConvNeXt', official,
+                                             features, ours, 64),
+            'HF DINOv3ConvNextModel': Case('convnext', 'Hugging Face transformers DINOv3 ConvNeXt',
+                                           ref.official_to_hf(official), features, ours, 64)}
+
+
+# ---- the DINOv3 adapter -----------------------------------------------------------------------
+def dinov3_adapter_cases() -> Dict[str, Case]:
+    """The official ``DINOv3_Adapter`` state dict (trunk under ``backbone.``) against the
+    test-side reference (tests/dinov3_adapter_reference.py), built by its registered name."""
+    import dinov3_reference as ref
+    from dinov3_adapter_reference import DINOv3AdapterReference
+    from test_vit_adapter_reference import _perturbed
+    from vit_peers import dinov3_ours
+    cfg, indexes = dict(ref.TINY, depth=4), [0, 1, 2, 3]
+    adapter = dict(conv_inplane=8, n_points=4, deform_num_heads=2, deform_ratio=0.5)
+    trunk = ref.official_state_dict(cfg, seed=12)
+    reference = _perturbed(DINOv3AdapterReference(cfg['embed_dim'], indexes, **adapter), 13)
+    ours = dict(type='DINOv3Adapter', arch=dinov3_ours(cfg)['arch'], interaction_indexes=indexes,
+                drop_path_rate=0.0, **adapter)
+    return {'official DINOv3_Adapter': Case(
+        'dinov3_adapter', 'official DINOv3_Adapter', reference.official_state_dict(trunk),
+        lambda x: tuple(reference(x, trunk, cfg)), ours, 64)}
+
+
 def build_ours(cfg: dict, init_cfg: Optional[dict] = None) -> nn.Module:
     return build_in_scope('mmvit_ext', dict(cfg, init_cfg=init_cfg))
 
@@ -318,7 +353,8 @@ def all_cases() -> Dict[Tuple[str, str], Case]:
     torch.manual_seed(0)
     cases = {}
     import vit_peers  # imports this module: its cases are built here, not at import
-    for build in (swin_cases, pvt_cases, cait_cases, vit_peers.vit_cases):
+    for build in (swin_cases, pvt_cases, cait_cases, vit_peers.vit_cases, convnext_cases,
+                  dinov3_adapter_cases):
         cases.update({(case.family, name): case for name, case in build().items()})
     cases.update({(case.family, 'official (round trip, no peer in the venv)'): case
                   for case in official_round_trip_cases().values()})

@@ -185,3 +185,24 @@ def test_bf16_autocast_end_to_end():
     # as the official forward under autocast: the float32 level embedding promotes the prior
     # tokens (levels 1-3), level 0 is the transposed conv's
     assert [o.dtype for o in outs] == [torch.bfloat16] + [torch.float32] * 3
+
+
+def test_registered_by_name_and_built_from_vit_adapter_through_the_registry():
+    """``type='mmvit_ext.DINOv3Adapter'`` builds it; ``ViTAdapter(arch='dinov3_*')`` finds it
+    in the registry, and vit_adapter.py imports nothing from dinov3_adapter.py (no circle)."""
+    import ast
+    import inspect
+    from mmvit_ext.backbones import vit_adapter
+    from mmvit_ext.registry import MODELS
+    assert MODELS.get('DINOv3Adapter') is DINOv3Adapter
+    by_name = MODELS.build(dict(type='DINOv3Adapter', arch=_arch(), **ADAPTER))
+    by_arch = MODELS.build(dict(type='ViTAdapter', arch=_arch(), **ADAPTER))
+    assert type(by_name) is type(by_arch) is DINOv3Adapter
+    assert type(ViTAdapter(arch=_arch(), **ADAPTER)) is DINOv3Adapter
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(vit_adapter)))
+                if isinstance(node, ast.ImportFrom)}
+    assert not any('dinov3_adapter' in (name or '') for name in imported), imported
+    early = MODELS.build(dict(type='DINOv3Adapter', arch=_arch(), out_indices=(2,), **ADAPTER))
+    assert early.up is None and early.norm1 is None and early.spm.fc1 is None
+    with pytest.raises(ConfigError, match='frozen_stages=2 with freeze_trunk=True'):
+        DINOv3Adapter(arch=_arch(), frozen_stages=2, **ADAPTER)

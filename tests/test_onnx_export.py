@@ -19,10 +19,10 @@ from tool_runner import ROOT, run_tool
 TOLERANCE = 1e-4  # relative, fp32
 # the plain ViTs' presets all end in the simple pyramid (deconvolutions, a ceil max-pool, crops)
 PYRAMID = {'CaiT': dict(simple_pyramid=True), 'RefinedViT': dict(simple_pyramid=True)}
-# ViT-Adapter's dynamic-shape export is not supported yet (its deformable attention exports at a
-# fixed size: tests/test_vit_adapter.py)
+# ViT-Adapter's dynamic-shape export (both forms) is not supported yet (its deformable attention
+# exports at a fixed size: tests/test_vit_adapter.py)
 BACKBONES = {**{name: dict(cfg, **PYRAMID.get(name, {})) for name, cfg in SMALL.items()
-                if name != 'ViTAdapter'},
+                if name not in ('ViTAdapter', 'DINOv3Adapter')},
              'PyramidVisionTransformerV2-li': dict(arch=dict(
                  embed_dims=(16, 32, 40, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8),
                  linear=True)),

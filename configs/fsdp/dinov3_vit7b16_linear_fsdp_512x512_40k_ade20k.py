@@ -6,6 +6,7 @@
 # trunk keeps no activations for backward (0 bytes saved, tests/test_dinov3_recipes.py), so no
 # checkpointing is needed.
 # Published (DINOv3 paper, arXiv 2508.10104, ViT-7B): 55.9 mIoU (official run: float32).
+# Training-time RoPE: not used (the trunk is frozen, in eval mode: no coordinate draws).
 # Weights: dinov3_vit7b16_pretrain_lvd1689m-a955f4ea.pth at checkpoints/.
 #   bash tools/dist_train.sh configs/fsdp/dinov3_vit7b16_linear_fsdp_512x512_40k_ade20k.py 8
 _base_ = ['../mmseg/dinov3_vit7b16_linear_frozen_512x512_40k_ade20k.py',

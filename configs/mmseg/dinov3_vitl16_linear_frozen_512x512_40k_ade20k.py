@@ -6,6 +6,7 @@
 # ADE20K augmentation (random scale 0.5-2 of 512 px, 512 crop with cat_max_ratio 0.75, flip,
 # photometric distortion: the official set), slide test 512 / stride 341, float32.
 # Published (DINOv3 paper, arXiv 2508.10104, ViT-L distilled): 54.9 mIoU.
+# Training-time RoPE: not used (the trunk is frozen, in eval mode: no coordinate draws).
 # Weights: the official dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth at checkpoints/ (the file
 # name of dinov3/hub/backbones.py; auto-detected layout).
 _base_ = '../_base_/fpn_40k.py'
@@ -49,3 +50,17 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
     dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=False, begin=1500, end=40000),
 ]
+# mmseg's ADE20K pipeline with the official hue range: dinov3/eval/segmentation/transforms.py
+# PhotoMetricDistortion shifts hue by a factor uniform in [-0.5, 0.5] of the hue circle
+# (torchvision adjust_hue); mmseg's hue_delta counts OpenCV's uint8 hue units (180 per circle), so
+# 90 is the same range (mmseg's default 18 is one fifth of it), drawn in whole 2-degree steps
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='RandomResize', scale=(2048, 512), ratio_range=(0.5, 2.0), keep_ratio=True),
+    dict(type='RandomCrop', crop_size=(512, 512), cat_max_ratio=0.75),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PhotoMetricDistortion', hue_delta=90),
+    dict(type='PackSegInputs'),
+]
+train_dataloader = dict(dataset=dict(pipeline=train_pipeline))

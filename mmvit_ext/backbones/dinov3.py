@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.io import CheckpointError
+from ..errors import ConfigError
 from ..converters.layouts import StateDict
 from ..layers import RopeEmbedding, Size2, WindowAttention, apply_rope
 
@@ -100,13 +101,33 @@ class RopeAttention(WindowAttention):
         return self.attend(apply_rope(q, sin, cos), apply_rope(k, sin, cos), v)
 
 
+ROPE_KEYS = frozenset({'base', 'min_period', 'max_period', 'normalize', 'shift_coords',
+                       'jitter_coords', 'rescale_coords'})
+
+
+def merge_rope(owner: str, preset: Any, given: Any) -> dict:
+    """A RoPE arch's ``rope`` settings updated with ``given`` (the constructor's ``rope=``);
+    an arch without RoPE, or unknown keys, raise."""
+    if not preset:
+        raise ConfigError(f'{owner}: rope={given!r} sets the RoPE of a RoPE arch (DINOv3); this '
+                          f'arch has none')
+    if not isinstance(given, dict) or set(given) - ROPE_KEYS:
+        raise ConfigError(f'{owner}: rope must be a dict with keys among {sorted(ROPE_KEYS)}, '
+                          f'got {given!r}')
+    return {**(preset if isinstance(preset, dict) else {}), **given}
+
+
 def build_rope(settings: dict, dim: int) -> Optional[RopeEmbedding]:
     """The shared RoPE of a preset / custom arch with a ``rope`` dict (``base``,
-    ``min_period``, ``max_period``, ``normalize``), else ``None``."""
+    ``min_period``, ``max_period``, ``normalize``, the training-time ``shift_coords``,
+    ``jitter_coords``, ``rescale_coords``), else ``None``."""
     rope = settings.get('rope')
     if not rope:
         return None
     rope = dict(rope) if isinstance(rope, dict) else {}
+    if set(rope) - ROPE_KEYS:
+        raise ConfigError(f'arch rope has unknown keys {sorted(set(rope) - ROPE_KEYS)} (allowed: '
+                          f'{sorted(ROPE_KEYS)})')
     periods = rope.get('min_period') is not None and rope.get('max_period') is not None
     rope.setdefault('base', None if periods else 100.0)
     return RopeEmbedding(dim // int(settings['num_heads']), **rope)

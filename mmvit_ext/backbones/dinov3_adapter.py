@@ -30,19 +30,12 @@ from torch import nn
 from ..layers import tokens_to_map
 from ..layers.deform_attn import reference_points
 from ..layers.shapes import Size2
+from ..registry import MODELS
 from .vit import VisionTransformer
-from .vit_adapter import STRIDES, Extractor, SpatialPriorModule, ViTAdapter
+from .vit_adapter import DINOV3_FORM, STRIDES, Extractor, SpatialPriorModule, ViTAdapter
 from .vocabulary import OURS, ConfigError
 
 TRUNK_AUTOCAST = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
-
-
-def is_dinov3_arch(arch: Any) -> bool:
-    """A DINOv3 preset name or a custom arch with RoPE: the trunks of this form."""
-    if isinstance(arch, dict):
-        return bool(arch.get('rope'))
-    zoo = VisionTransformer.arch_zoo
-    return isinstance(arch, str) and arch in zoo and bool(zoo[arch].get('rope'))
 
 
 def official_interaction_indexes(depth: int) -> Tuple[int, ...]:
@@ -91,9 +84,11 @@ class ExtractionBlock(nn.Module):
             Extractor(*args) for _ in range(2)) if extra_extractors else None
 
 
+@MODELS.register_module(DINOV3_FORM)
 class DINOv3Adapter(ViTAdapter):
     """The official ``DINOv3_Adapter`` form: four maps at strides 4/8/16/32 from a frozen
-    DINOv3 trunk. Built by ``ViTAdapter(arch='dinov3_*')`` (or a custom arch with ``rope``).
+    DINOv3 trunk. Registered as ``DINOv3Adapter`` (``type='mmvit_ext.DINOv3Adapter'``); also
+    built by ``ViTAdapter(arch='dinov3_*')`` (or a custom arch with ``rope``).
 
     Args (the official names and defaults, those of its ViT-7B segmentor):
         arch: a DINOv3 preset (``'dinov3_vits16'`` ... ``'dinov3_vit7b16'``, aliases) or a
@@ -120,7 +115,12 @@ class DINOv3Adapter(ViTAdapter):
             ``'float16'``; ``None``: the ambient precision).
         sync_bn: SyncBatchNorm in the SPM and ``norm1..4`` (the official layers); default
             BatchNorm2d (the same keys, one process).
-        out_indices: which of the four maps to return.
+        frozen_stages: with ``freeze_trunk=False``, the embeddings and the first
+            ``frozen_stages`` trunk blocks frozen (the contract's count, as ``ViTAdapter``'s);
+            ``None``: the whole trunk with ``freeze_trunk``, else nothing.
+        out_indices: which of the four maps to return; the output norms, ``up`` and the SPM's
+            stride-4 branch of levels not returned are not built (their checkpoint keys are
+            dropped as expected).
     """
 
     family = 'dinov3_adapter'
@@ -138,9 +138,10 @@ class DINOv3Adapter(ViTAdapter):
                  trunk_autocast: Optional[str] = 'bfloat16',
                  out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3), norm_eval: bool = False,
                  drop_rate: float = 0.0, sync_bn: bool = False,
+                 frozen_stages: Optional[int] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         arch = self.default_arch if arch is None else arch
-        if not is_dinov3_arch(arch):
+        if not self.resolve_arch(arch).get('rope'):  # unknown names, bad dicts: named there
             raise ConfigError(f'DINOv3Adapter: arch must be a DINOv3 preset or a custom dict '
                               f'with rope, got {arch!r}')
         if init_values:
@@ -150,7 +151,7 @@ class DINOv3Adapter(ViTAdapter):
             raise ConfigError(f'DINOv3Adapter: trunk_autocast must be None or one of '
                               f'{sorted(TRUNK_AUTOCAST)}, got {trunk_autocast!r}')
         for key in ('with_cls_token', 'out_type', 'simple_pyramid', 'patch_size', 'final_norm',
-                    'window_size', 'frozen_stages', 'vit_features', 'img_size'):
+                    'window_size', 'vit_features', 'img_size'):
             if key in kwargs:
                 raise ConfigError(f'DINOv3Adapter: {key} is fixed by the DINOv3 form; remove it')
         VisionTransformer.__init__(
@@ -163,37 +164,48 @@ class DINOv3Adapter(ViTAdapter):
         self.add_vit_feature, self.vit_features = add_vit_feature, 'per_interaction'
         self.freeze_trunk, self.trunk_autocast = freeze_trunk, trunk_autocast
         self.pretrain_size = pretrain_size
-        self._set_contract(out_indices, [dim] * 4, STRIDES, depth if freeze_trunk else -1,
-                           depth, norm_eval, with_cp)
+        if freeze_trunk and frozen_stages not in (None, depth):
+            raise ConfigError(f'DINOv3Adapter: frozen_stages={frozen_stages!r} with freeze_trunk='
+                              f'True, which freezes the whole trunk ({depth} blocks); pass '
+                              f'freeze_trunk=False to freeze the first blocks only')
+        if frozen_stages is None:
+            frozen_stages = depth if freeze_trunk else -1
+        self._set_contract(out_indices, [dim] * 4, STRIDES, frozen_stages, depth, norm_eval,
+                           with_cp)
         norm = nn.SyncBatchNorm if sync_bn else nn.BatchNorm2d
-        self.spm = SpatialPriorModule(conv_inplane, dim, self.in_channels, True, norm)
+        with_c1 = 0 in self.out_indices  # levels not returned are not built (DDP)
+        self.spm = SpatialPriorModule(conv_inplane, dim, self.in_channels, with_c1, norm)
         last = len(self.interaction_indexes) - 1
         self.interactions = nn.ModuleList(
             ExtractionBlock(dim, deform_num_heads, n_points, deform_ratio, with_cffn,
                             cffn_ratio, drop_rate, drop_path_rate,
                             use_extra_extractor and i == last)
             for i in range(last + 1))
-        self.up = nn.ConvTranspose2d(dim, dim, 2, 2)
+        self.up = nn.ConvTranspose2d(dim, dim, 2, 2) if with_c1 else None
         for level in range(4):
-            setattr(self, f'norm{level + 1}', norm(dim))
+            setattr(self, f'norm{level + 1}', norm(dim) if level in self.out_indices else None)
         self.init_adapter()
         self._freeze_stages()
 
     # ---- family facts ------------------------------------------------------------------------
     def trunk_modules(self) -> List[nn.Module]:
-        """The DINOv3 trunk: embeddings, blocks and output norms."""
-        parts = [self.patch_embed, self.norm_pre, *self.blocks, self.norm, self.cls_norm]
+        """The DINOv3 trunk: embeddings (the RoPE too: a frozen trunk draws no coordinate
+        augmentation), blocks and output norms."""
+        parts = [self.patch_embed, self.norm_pre, self.rope_embed, *self.blocks, self.norm,
+                 self.cls_norm]
         return [m for m in parts if m is not None]
 
     def frozen_modules(self) -> List[nn.Module]:
-        return self.trunk_modules() if self.frozen_stages >= 0 else []  # freeze_trunk
+        if self.frozen_stages < 0:
+            return []
+        if self.freeze_trunk:
+            return self.trunk_modules()
+        return VisionTransformer.frozen_modules(self)  # the first frozen_stages blocks
 
     def frozen_parameters(self) -> List[nn.Parameter]:
-        return [p for p in (self.cls_token, self.register_tokens) if p is not None] \
-            if self.frozen_stages >= 0 else []
-
-    def unbuilt_prefixes(self) -> Tuple[str, ...]:
-        return VisionTransformer.unbuilt_prefixes(self)  # every adapter part is built
+        if self.frozen_stages < 0:
+            return []
+        return [p for p in (self.cls_token, self.register_tokens) if p is not None]
 
     # ---- forward -----------------------------------------------------------------------------
     def trunk_features(self, x: torch.Tensor) -> Tuple[List[torch.Tensor], Size2]:
@@ -223,7 +235,7 @@ class DINOv3Adapter(ViTAdapter):
             vit_maps.append(tokens_to_map(feat, hw))
         maps = [tokens_to_map(part, size) for part, size in
                 zip(c.split([h * w for h, w in c_sizes], dim=1), c_sizes)]
-        maps.insert(0, self.up(maps[0]) + c1)
+        maps.insert(0, self.up(maps[0]) + c1 if self.up is not None else None)
         outs = []
         for level in self.out_indices:
             out = maps[level]

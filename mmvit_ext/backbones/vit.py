@@ -23,7 +23,8 @@ from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, Window
                       scaled_dot_product_attention)
 from ..registry import MODELS
 from .dinov3 import (DINOV3_KEYS, build_rope, dinov3_arch_zoo, fit_qkv_bias,
-                     infer_dinov3_arch, normed_tokens, rope_attention, swiglu_hidden)
+                     infer_dinov3_arch, merge_rope, normed_tokens, rope_attention,
+                     swiglu_hidden)
 from .plain_vit import PlainViTBase, ViTBlock
 from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos,  # noqa: F401
                           rel_pos_factors, rel_pos_lookup, resize_rel_pos)
@@ -149,6 +150,10 @@ class VisionTransformer(PlainViTBase):
         layer_scale: LayerScale init (``None``: the preset's, none for ViT, 1e-5 for DINOv2).
         out_norm: every output's tokens through the final norm (DINOv3's / DINOv2's
             ``get_intermediate_layers(norm=True)``); off: the last block's only.
+        rope: settings merged into a RoPE arch's ``rope`` (DINOv3): the official training-time
+            coordinate augmentation ``shift_coords`` / ``jitter_coords`` / ``rescale_coords``
+            (the hub models': ``rescale_coords=2``), drawn in training only
+            (:class:`~mmvit_ext.layers.RopeEmbedding`); ``None``: the preset's (none).
         **kwargs: the trunk's (:class:`PlainViTBase`): ``img_size``, ``out_indices``,
             ``window_size``, ``global_blocks``, ``simple_pyramid`` (default: on for patch 16),
             ``drop_path_rate`` ...; and the peers' names (:data:`VIT_VOCABULARY`):
@@ -194,7 +199,7 @@ class VisionTransformer(PlainViTBase):
                  reg_tokens: Optional[int] = None, final_norm: Optional[bool] = None,
                  use_rel_pos: bool = False, layer_scale: Optional[float] = None,
                  patch_bias: Optional[bool] = None, simple_pyramid: Optional[bool] = None,
-                 out_norm: bool = False,
+                 out_norm: bool = False, rope: Optional[dict] = None,
                  window_size: Union[int, str, None] = 'auto', peer: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None, **kwargs: Any) -> None:
         name = type(self).__name__
@@ -211,6 +216,8 @@ class VisionTransformer(PlainViTBase):
                             else options.get('layer_scale')), ('ffn', options.get('ffn'))):
             if value is not None:
                 settings[key] = value
+        if rope is not None:
+            settings['rope'] = merge_rope(name, settings.get('rope'), rope)
         given = dict(out_type=out_type, with_cls_token=with_cls_token, final_norm=final_norm,
                      patch_bias=patch_bias if patch_bias is not None
                      else options.get('patch_bias'), norm_eps=options.get('norm_eps'),
@@ -430,6 +437,8 @@ class VisionTransformer(PlainViTBase):
         if self.frozen_stages < 0 or (mmpretrain and self.frozen_stages == 0):
             return []
         modules = [*super().frozen_modules(), getattr(self, 'norm_pre', nn.Identity())]
+        if self.frozen_stages == self.depth and getattr(self, 'rope_embed', None) is not None:
+            modules.append(self.rope_embed)  # a frozen trunk draws no RoPE augmentation
         if mmpretrain and self.frozen_stages == self.depth:
             modules += [m for m in (self.norm, getattr(self, 'fc_norm', None)) if m is not None]
         return modules

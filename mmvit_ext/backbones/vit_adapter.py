@@ -164,6 +164,18 @@ def _init_adapter_module(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
+# the registered name of the official DINOv3 form, which ViTAdapter builds for a RoPE arch
+DINOV3_FORM = 'DINOv3Adapter'
+
+
+def is_dinov3_arch(arch: Any) -> bool:
+    """A DINOv3 preset name or a custom arch with RoPE: the trunks of the DINOv3 form."""
+    if isinstance(arch, dict):
+        return bool(arch.get('rope'))
+    zoo = VisionTransformer.arch_zoo
+    return isinstance(arch, str) and arch in zoo and bool(zoo[arch].get('rope'))
+
+
 @MODELS.register_module()
 class ViTAdapter(VisionTransformer):
     """ViT-Adapter: four maps at strides 4/8/16/32 from a plain ViT trunk.
@@ -221,11 +233,11 @@ class ViTAdapter(VisionTransformer):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> 'ViTAdapter':
         """``ViTAdapter(arch='dinov3_*')`` (or a custom arch with ``rope``) builds the official
-        DINOv3 form, :class:`~mmvit_ext.backbones.dinov3_adapter.DINOv3Adapter`."""
-        from .dinov3_adapter import DINOv3Adapter, is_dinov3_arch
+        DINOv3 form: the class registered as ``DINOv3Adapter``, found in the registry (this file
+        imports nothing of it)."""
         arch = args[0] if args else kwargs.get('arch')
         if cls is ViTAdapter and is_dinov3_arch(arch):
-            cls = DINOv3Adapter
+            cls = MODELS.get(DINOV3_FORM)
         return super().__new__(cls)
 
     def __init__(self, arch: Union[str, dict, None] = None, conv_inplane: int = 64,

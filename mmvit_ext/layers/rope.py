@@ -7,8 +7,14 @@ the second, and the whole is tiled twice for the rotate-half convention
 (``'separate'``: per axis; ``'min'`` / ``'max'``: by the shorter / longer side). The periods
 are a persistent float32 buffer (``periods``), as the official checkpoints hold it.
 
-The official pretraining's coordinate augmentations (shift, jitter, rescale) are not
-implemented: they are training-time augmentations of DINOv3's pretraining only.
+Training-time coordinate augmentation, as the official ``RopePositionEmbedding``
+(``shift_coords``, ``jitter_coords``, ``rescale_coords``; the hub models were pretrained with
+``rescale_coords=2``): in training mode only, every call draws, in this order, a shift per axis
+uniform in [-shift, shift] (added), a factor per axis log-uniform in [1/jitter, jitter] and one
+factor log-uniform in [1/rescale, rescale] (both multiplied), with the official RNG calls (float32
+on the periods' device). The official trunk calls its RoPE once per block, so each block draws
+its own; so do ours (a block recomputed by activation checkpointing replays its draws: torch
+restores the RNG state).
 """
 import math
 from typing import Optional, Tuple
@@ -68,6 +74,29 @@ def apply_rope(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.T
     return torch.cat([prefix, rotated], dim=-2)
 
 
+def augment_coords(coords: torch.Tensor, shift: Optional[float], jitter: Optional[float],
+                   rescale: Optional[float]) -> torch.Tensor:
+    """(N, 2) coordinates shifted, jittered and rescaled by fresh draws, in the official order
+    and with its RNG calls (see the module)."""
+    dd = dict(device=coords.device, dtype=coords.dtype)
+    if shift is not None:
+        coords = coords + torch.empty(2, **dd).uniform_(-shift, shift)[None, :]
+    if jitter is not None:
+        bound = math.log(jitter)
+        coords = coords * torch.empty(2, **dd).uniform_(-bound, bound).exp()[None, :]
+    if rescale is not None:
+        bound = math.log(rescale)
+        coords = coords * torch.empty(1, **dd).uniform_(-bound, bound).exp()
+    return coords
+
+
+def _check_augmentation(name: str, value: Optional[float], least: float) -> Optional[float]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or value < least):
+        raise ValueError(f'RoPE {name} must be None or a number >= {least}, got {value!r}')
+    return None if value is None else float(value)
+
+
 class RopeEmbedding(nn.Module):
     """(sin, cos), each (h*w, head_dim) float32, of an h x w token grid.
 
@@ -75,22 +104,41 @@ class RopeEmbedding(nn.Module):
         head_dim: channels per head (a multiple of 4).
         base / min_period / max_period: the periods (:func:`rope_periods`).
         normalize: coordinate normalisation, one of :data:`NORMALIZE_COORDS`.
+        shift_coords / jitter_coords / rescale_coords: training-time coordinate augmentation
+            (see the module); ``None``: none. Off in eval mode.
     """
 
     def __init__(self, head_dim: int, base: Optional[float] = 100.0,
                  min_period: Optional[float] = None, max_period: Optional[float] = None,
-                 normalize: str = 'separate') -> None:
+                 normalize: str = 'separate', shift_coords: Optional[float] = None,
+                 jitter_coords: Optional[float] = None,
+                 rescale_coords: Optional[float] = None) -> None:
         super().__init__()
         if normalize not in NORMALIZE_COORDS:
             raise ValueError(f'RoPE normalize must be one of {NORMALIZE_COORDS}, got {normalize!r}')
         self.normalize = normalize
+        self.shift_coords = _check_augmentation('shift_coords', shift_coords, 0.0)
+        self.jitter_coords = _check_augmentation('jitter_coords', jitter_coords, 1.0)
+        self.rescale_coords = _check_augmentation('rescale_coords', rescale_coords, 1.0)
         self.register_buffer('periods', rope_periods(head_dim, base, min_period, max_period))
 
+    @property
+    def augments(self) -> bool:
+        """Whether a call draws coordinate augmentations (training mode, any set)."""
+        return self.training and any(v is not None for v in (
+            self.shift_coords, self.jitter_coords, self.rescale_coords))
+
     def extra_repr(self) -> str:
-        return f'frequencies={self.periods.shape[0]}, normalize={self.normalize!r}'
+        augment = ''.join(f', {k}={v}' for k, v in (
+            ('shift_coords', self.shift_coords), ('jitter_coords', self.jitter_coords),
+            ('rescale_coords', self.rescale_coords)) if v is not None)
+        return f'frequencies={self.periods.shape[0]}, normalize={self.normalize!r}{augment}'
 
     def forward(self, hw: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
         coords = rope_coords(hw, self.normalize, self.periods.device)
+        if self.augments:
+            coords = augment_coords(coords, self.shift_coords, self.jitter_coords,
+                                    self.rescale_coords)
         angles = 2 * math.pi * coords[:, :, None] / self.periods.float()[None, None, :]
         angles = angles.flatten(1, 2).tile(2)  # (h*w, head_dim): rows, columns, twice
         return torch.sin(angles), torch.cos(angles)
