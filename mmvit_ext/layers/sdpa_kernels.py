@@ -12,7 +12,8 @@ What the table leaves out, because our layers always meet it: q, k, v are 4-D (l
 folded into the batch) with the last stride 1 and non-empty sequences; a mask is handed over as
 one 2-D or 4-D tensor with the last stride 1 (:func:`mmvit_ext.layers.attention.sdpa_mask`).
 What it cannot see: the GPU generation (the CUDA rows are those of sm80 and newer) and kernels
-turned off with ``torch.backends.cuda.enable_*_sdp(False)``.
+turned off with ``torch.backends.cuda.enable_*_sdp(False)``. On a device without rows
+(``meta``, which stands for CUDA in the shape tests, ``mps``, ``xpu``) SDPA is called as it is.
 """
 from typing import FrozenSet, NamedTuple, Optional, Sequence, Tuple
 
@@ -75,14 +76,24 @@ SDPA_KERNELS: Tuple[SdpaKernel, ...] = (
 )
 
 
+def ungated(device: str) -> SdpaKernel:
+    """SDPA on a device whose gates are not in the table (``meta``, ``mps``, ``xpu`` ...):
+    called as it is, PyTorch picking its kernel."""
+    return SdpaKernel(f'{device} sdpa', device, frozenset(), MASK_ANY, dropout=True,
+                      same_value_dim=False)
+
+
 def fused_sdpa_kernel(device: str, dtype: torch.dtype, qk_dim: int, v_dim: int,
                       mask: Optional[str] = None, dropout: bool = False,
                       kernels: Sequence[SdpaKernel] = SDPA_KERNELS) -> Optional[SdpaKernel]:
-    """The first fused kernel on ``device`` (``'cpu'``, ``'cuda'`` ...) that takes the call, or
-    ``None`` where SDPA would run its math fallback. ``mask`` is ``None``, :data:`FIXED` or
-    :data:`LEARNED`."""
-    for kernel in kernels:
-        if kernel.device == device and kernel.takes(dtype, qk_dim, v_dim, mask, dropout):
+    """The first fused kernel on ``device`` (``'cpu'``, ``'cuda'``) that takes the call, or
+    ``None`` where SDPA would run its math fallback (:func:`ungated` on other devices).
+    ``mask`` is ``None``, :data:`FIXED` or :data:`LEARNED`."""
+    rows = [kernel for kernel in kernels if kernel.device == device]
+    if not rows:
+        return ungated(device)
+    for kernel in rows:
+        if kernel.takes(dtype, qk_dim, v_dim, mask, dropout):
             return kernel
     return None
 
