@@ -2,7 +2,9 @@
 of a tiny model, in inference and in training (forward + backward), in float32 and under
 bfloat16 / float16 autocast, with the profiler's op names (which SDPA backend ran) and a dispatch
 mode's operand dtypes (of the fused kernel, or of each ``bmm`` of an explicit or math product)
-as evidence. ``python tests/attention_kernels.py`` prints the table docs/speed.md holds."""
+as evidence. ``python tests/attention_kernels.py`` prints the table docs/speed.md holds;
+``--device cuda`` prints the same table on a GPU (flash, mem-efficient or cudnn seen)."""
+import argparse
 import contextlib
 import functools
 import sys
@@ -25,9 +27,13 @@ from mmvit_ext.layers import AttentionBase  # noqa: E402
 
 FLASH = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
-# the aten ops of an attention product: the CPU flash kernel (forward, backward), matmuls
-PRODUCT_OPS = ('_scaled_dot_product_flash_attention_for_cpu',
-               '_scaled_dot_product_flash_attention_for_cpu_backward', 'bmm')
+# profiler op name -> the SDPA backend it is (CPU; CUDA)
+FUSED_OPS = {FLASH: 'flash', 'aten::_scaled_dot_product_flash_attention': 'flash',
+             'aten::_scaled_dot_product_efficient_attention': 'mem-efficient',
+             'aten::_scaled_dot_product_cudnn_attention': 'cudnn'}
+# the aten ops of an attention product: the fused kernels (forward, backward), matmuls
+PRODUCT_OPS = tuple(name[len('aten::'):] + tail for name in FUSED_OPS
+                    for tail in ('', '_backward')) + ('bmm',)
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 MODES = ('inference', 'training')
 SIZE = 64
@@ -103,8 +109,8 @@ class ProductDtypes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _autocast(dtype: torch.dtype):
-    return (torch.autocast('cpu', dtype) if dtype != torch.float32
+def _autocast(dtype: torch.dtype, device: str):
+    return (torch.autocast(device, dtype) if dtype != torch.float32
             else contextlib.nullcontext())
 
 
@@ -126,44 +132,49 @@ def _site(name: str) -> Tuple[nn.Module, tuple, dict]:
 
 
 @functools.lru_cache(maxsize=None)
-def measure(name: str, mode: str, dtype: str) -> Run:
+def measure(name: str, mode: str, dtype: str, device: str = 'cpu') -> Run:
     """Run one site's attention once (training: forward + backward) and name what ran."""
     module, args, kwargs = _site(name)
     training = mode == 'training'
-    module.train(training)
-    args = tuple(a.clone().requires_grad_(training) if torch.is_tensor(a) and a.is_floating_point()
-                 else a for a in args)
+    module.to(device).train(training)
+    args = tuple(a.to(device).requires_grad_(training)
+                 if torch.is_tensor(a) and a.is_floating_point() else
+                 a.to(device) if torch.is_tensor(a) else a for a in args)
     recorder = ProductDtypes()
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
-            with torch.set_grad_enabled(training), _autocast(DTYPES[dtype]):
+            with torch.set_grad_enabled(training), _autocast(DTYPES[dtype], device):
                 out = module(*args, **kwargs)
                 out = out[0] if isinstance(out, tuple) else out
             if training:
                 out.float().sum().backward()
     module.zero_grad(set_to_none=True)
+    module.cpu()
     names = {event.name for event in prof.events()}
-    kernel = 'flash' if FLASH in names else 'math' if MATH in names else 'explicit'
+    fused = sorted({FUSED_OPS[n] for n in names if n in FUSED_OPS})
+    kernel = '+'.join(fused) if fused else 'math' if MATH in names else 'explicit'
     short = sorted(str(d).replace('torch.', '').replace('bfloat16', 'bf16')
                    .replace('float16', 'fp16').replace('float32', 'fp32')
                    for d in recorder.dtypes)
     return Run(kernel, tuple(short))
 
 
-def table_rows() -> List[List[str]]:
+def table_rows(device: str = 'cpu') -> List[List[str]]:
     """[site, then one cell per dtype x mode]."""
-    return [[name] + [measure(name, mode, dtype).cell() for dtype in DTYPES for mode in MODES]
-            for name in SITES]
+    return [[name] + [measure(name, mode, dtype, device).cell() for dtype in DTYPES
+                      for mode in MODES] for name in SITES]
 
 
-def markdown_table() -> str:
-    header = ['CPU, torch ' + torch.__version__.split('+')[0]] + [
+def markdown_table(device: str = 'cpu') -> str:
+    header = [f'{device.upper()}, torch ' + torch.__version__.split('+')[0]] + [
         f'{dtype} {mode}' for dtype in DTYPES for mode in MODES]
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    lines += ['| ' + ' | '.join(row) + ' |' for row in table_rows()]
+    lines += ['| ' + ' | '.join(row) + ' |' for row in table_rows(device)]
     return '\n'.join(lines)
 
 
 if __name__ == '__main__':
-    print(markdown_table())
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--device', default='cpu', help='cpu (the docs/speed.md table) or cuda')
+    print(markdown_table(parser.parse_args().device))

@@ -84,9 +84,9 @@ class RelPosAttention(WindowAttention):
         return super().forward(x, hw)
 
     def operand_forms(self, training: bool) -> Tuple[OperandForm, ...]:
-        # the fold (q, k widened, no mask) first, else the bias as a mask
-        return (OperandForm(same_value_dim=False),
-                self.bias_form(self.rel_pos_h.requires_grad, training))
+        # the fold (q, k widened, no mask) first, else the bias as a mask: computed from q, it
+        # needs a gradient in training
+        return (OperandForm(same_value_dim=False), self.bias_form(True, training))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
