@@ -131,9 +131,14 @@ def _site(name: str) -> Tuple[nn.Module, tuple, dict]:
     return module, tuple(a.detach() if torch.is_tensor(a) else a for a in args), kwargs
 
 
-@functools.lru_cache(maxsize=None)
 def measure(name: str, mode: str, dtype: str, device: str = 'cpu') -> Run:
-    """Run one site's attention once (training: forward + backward) and name what ran."""
+    """Run one site's attention once (training: forward + backward) and name what ran; one
+    run per site, mode, dtype and device in a process."""
+    return _measure(name, mode, dtype, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _measure(name: str, mode: str, dtype: str, device: str) -> Run:
     module, args, kwargs = _site(name)
     training = mode == 'training'
     module.to(device).train(training)
