@@ -5,10 +5,12 @@
                                             explicit path, no fused or chunked kernel):
                                             ``attn_map`` forward hooks see every map once,
                                             FLOP counters see the matmuls. ``True`` (default):
-                                            attention without map transforms may run
-                                            ``F.scaled_dot_product_attention`` on every
-                                            device (PyTorch picks its kernel per call); a
-                                            module built with ``fused=False`` never does.
+                                            attention without map transforms runs
+                                            ``F.scaled_dot_product_attention`` where one of
+                                            its fused kernels takes the call
+                                            (:mod:`mmvit_ext.layers.sdpa_kernels`), else the
+                                            explicit product; a module built with
+                                            ``fused=False`` never does.
 ``with flags.strict_loading(False):``        backbones accept checkpoints that leave tensors
                                             unloaded (a warning instead of an error), on every
                                             load path (``init_cfg``, ``load_state_dict`` ...).

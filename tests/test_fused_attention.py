@@ -1,8 +1,10 @@
-"""Attention's fused path is SDPA on every device, dtype and mode: one model code. A bias with a
-gradient (Swin's table in training), bf16 and float16 under autocast, inference and training
-all call ``F.scaled_dot_product_attention`` once per block, equal to the explicit product and
-differentiable twice; the repr says ``fused`` or ``explicit``; ViTDet's tables are folded into
-q and k in every dtype."""
+"""Attention's fused path is SDPA where one of its fused kernels takes the call
+(:mod:`mmvit_ext.layers.sdpa_kernels`): on the CPU, Swin's windows call
+``F.scaled_dot_product_attention`` once per block in inference, in every dtype, and take the
+explicit product in training (the CPU flash kernel refuses a bias with a gradient; SDPA's math
+fallback would compute in float32); the repr names both. SDPA with a bias gradient (the form CUDA's
+memory-efficient kernel takes) equals the explicit product; the training path is differentiable
+twice; ViTDet's tables become a mask where no kernel takes q and k wider than v."""
 import contextlib
 import copy
 import warnings
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 from mmvit_ext import flags
 from mmvit_ext.backbones import PyramidVisionTransformerV2, SwinTransformer, VisionTransformer
-from mmvit_ext.layers import WindowAttention
+from mmvit_ext.layers import WindowAttention, explicit_attention, scaled_dot_product_attention
 
 TINY_SWIN = dict(arch=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8)),
                  window_size=4, drop_path_rate=0.0)
@@ -45,14 +47,16 @@ def _computed(dtype):
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('grad', [True, False])
-def test_swin_runs_sdpa_in_every_dtype_and_mode(sdpa_calls, dtype, grad):
+def test_swin_calls_sdpa_where_a_fused_kernel_takes_the_bias(sdpa_calls, dtype, grad):
     model = SwinTransformer(**TINY_SWIN).train(grad)
     attns = [m for m in model.modules() if isinstance(m, WindowAttention)]
-    assert len(attns) == BLOCKS and all(m.extra_repr().endswith('fused') for m in attns)
+    assert len(attns) == BLOCKS and all(
+        m.extra_repr().endswith('fused: cpu flash in inference; explicit in training')
+        for m in attns)
     with torch.set_grad_enabled(grad), _autocast(dtype):
         outs = model(torch.randn(1, 3, 64, 64))
-    assert sdpa_calls == [dtype] * BLOCKS
-    if grad:  # the table's gradient comes through SDPA's backward
+    assert sdpa_calls == ([] if grad else [dtype] * BLOCKS)
+    if grad:  # the table's gradient comes through the explicit product
         sum(o.float().sum() for o in outs).backward()
         table = model.layers[0].blocks[0].attn.rel_pos.relative_position_bias_table
         assert table.grad is not None and table.grad.abs().sum() > 0
@@ -60,31 +64,37 @@ def test_swin_runs_sdpa_in_every_dtype_and_mode(sdpa_calls, dtype, grad):
 
 def test_fused_equals_explicit_with_a_bias_gradient(sdpa_calls):
     torch.manual_seed(0)
-    model = SwinTransformer(**TINY_SWIN).double().train()
+    q, k, v = (torch.randn(2, 4, 2, 9, 8, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    table = torch.randn(2, 9, 9, dtype=torch.float64, requires_grad=True)
+    shift = torch.randn(4, 1, 9, 9, dtype=torch.float64)
+    grads = []
+    for attend in (lambda: scaled_dot_product_attention(q, k, v, (table, shift), scale=0.3),
+                   lambda: explicit_attention(q, k, v, 0.3, (table, shift))):
+        out = attend()
+        grads.append((out, *torch.autograd.grad(out.square().sum(), (q, k, v, table))))
+    assert len(sdpa_calls) == 1
+    for fused, explicit in zip(*grads):
+        torch.testing.assert_close(fused, explicit, rtol=1e-12, atol=1e-12)
+    model = SwinTransformer(**TINY_SWIN).double().eval()  # inference: SDPA with the mask
     x = torch.randn(2, 3, 40, 56, dtype=torch.float64)
-    outs = model(x)
-    assert len(sdpa_calls) == BLOCKS
-    reference = copy.deepcopy(model)
-    with flags.fused_attention(False):
-        ref_outs = reference(x)
-    assert len(sdpa_calls) == BLOCKS  # the explicit product: no SDPA
+    with torch.no_grad():
+        outs = model(x)
+        with flags.fused_attention(False):
+            ref_outs = model(x)
+    assert len(sdpa_calls) == 1 + BLOCKS
     for out, ref in zip(outs, ref_outs):
         torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    sum(o.square().sum() for o in outs).backward()
-    sum(o.square().sum() for o in ref_outs).backward()
-    grads = dict(reference.named_parameters())
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-9, atol=1e-12, msg=name)
 
 
-def test_fused_path_is_twice_differentiable(sdpa_calls):
+def test_training_path_is_twice_differentiable(sdpa_calls):
     torch.manual_seed(0)
     attn = WindowAttention(4, 2, window_size=2, shift=True, rel_pos=True).double().train()
     with torch.no_grad():
         attn.rel_pos.relative_position_bias_table.normal_()
     x = torch.randn(1, 16, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(lambda t: attn(t, (4, 4)), (x,))
-    assert sdpa_calls
+    assert not sdpa_calls  # explicit: the CPU flash kernel has no double backward either
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
@@ -104,7 +114,7 @@ def test_pvtv2_reduced_precision_step_is_sdpa_and_close_to_float32(sdpa_calls, d
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_rel_pos_vit_folds_its_tables_in_every_dtype(sdpa_calls, dtype):
+def test_rel_pos_vit_calls_sdpa_in_every_dtype(sdpa_calls, dtype):
     torch.manual_seed(0)
     model = VisionTransformer(dict(embed_dims=32, depth=2, num_heads=2), use_rel_pos=True,
                               window_size=2, global_blocks=(1,), img_size=64,
@@ -112,7 +122,10 @@ def test_rel_pos_vit_folds_its_tables_in_every_dtype(sdpa_calls, dtype):
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad(), _autocast(dtype):
         out = model(x)
-    assert sdpa_calls == [dtype] * 2  # no (N, N) mask: 16 + 4 + 4 channels padded to 24
+    # the CPU flash kernel takes no q / k wider than v: the tables are a (4-D) mask here
+    assert sdpa_calls == [dtype] * 2
+    assert all(m.extra_repr().endswith('fused: cpu flash in inference; explicit in training')
+               for m in model.modules() if isinstance(m, WindowAttention))
     with torch.no_grad(), flags.fused_attention(False):
         ref = model(x)
     torch.testing.assert_close(out[0].float(), ref[0], rtol=0.05, atol=0.05)

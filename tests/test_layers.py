@@ -223,8 +223,9 @@ def test_sdpa_folds_windows_into_the_batch_axis(monkeypatch):
 
 
 def test_sdpa_broadcasts_a_bias_shared_by_every_window(monkeypatch):
-    """A per-head bias (Swin's position bias outside shifted blocks) reaches the kernel as it is,
-    broadcast over batch x windows, never copied per window."""
+    """A per-head bias (Swin's position bias outside shifted blocks) reaches the kernel as a
+    (1, H, N, N) view of itself (4-D: the CPU flash kernel's gate refuses 3-D masks), broadcast
+    over batch x windows, never copied per window."""
     masks = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, 'scaled_dot_product_attention',
@@ -233,7 +234,7 @@ def test_sdpa_broadcasts_a_bias_shared_by_every_window(monkeypatch):
     q, k, v = (torch.randn(2, 5, 3, 9, 4) for _ in range(3))
     bias = torch.randn(3, 9, 9)
     out = scaled_dot_product_attention(q, k, v, bias)
-    assert masks[0].data_ptr() == bias.data_ptr() and masks[0].shape == (3, 9, 9)
+    assert masks[0].data_ptr() == bias.data_ptr() and masks[0].shape == (1, 3, 9, 9)
     want = torch.softmax(q @ k.transpose(-1, -2) * 4 ** -0.5 + bias, -1) @ v
     torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
 

@@ -132,7 +132,8 @@ class PlainViTBase(BaseBackbone):
             windowed-ViT peer does (detectron2, mmpretrain ``ViTSAM``, timm's SAM ViT).
         frozen_stages: -1 none; 0 the patch embedding and position embedding; k > 0 also the
             first k blocks.
-        fused_attn: use the fused SDPA kernel in blocks without map transforms.
+        fused_attn: use a fused SDPA kernel in blocks without map transforms, where one takes
+            the call.
         peer: ``'mmseg'`` gives mmseg ``VisionTransformer``'s defaults: the class token in the
             trunk (``with_cls_token=True`` where the family has one), global attention,
             stride-16 maps, no final norm (``final_norm=False``); ``'mmdet'``,

@@ -91,8 +91,8 @@ class PyramidVisionTransformerV2(BaseBackbone):
             ``linear``); ``None``: b2, or mmdet's explicit ``embed_dims`` (first-stage width,
             stage i gets ``embed_dims * num_heads[i]``), ``num_layers``, ``num_heads``,
             ``mlp_ratios``, ``sr_ratios`` over b2.
-        fused_attn: fused attention (``F.scaled_dot_product_attention``); ``False``
-            materialises maps for analysis hooks.
+        fused_attn: fused attention (``F.scaled_dot_product_attention``) where a fused kernel
+            takes the call; ``False`` materialises maps for analysis hooks.
         out_indices: stages whose maps are returned; stages after the last one are not built.
         peer: accepted for every family (docs/peer_semantics.md); the peers agree on PVTv2.
         **peer_args: mmdet ``PyramidVisionTransformerV2`` names (``num_layers``, ``strides``,

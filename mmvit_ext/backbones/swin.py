@@ -130,8 +130,8 @@ class SwinTransformer(BaseBackbone):
         window_size: 7 (224 pretraining) or 12 (384); tables of other sizes are resized on load.
         use_abs_pos_embed: add an absolute position embedding (resized to every input).
         fused_attn: fused attention with bias and masks as an additive mask
-            (``F.scaled_dot_product_attention``); ``False`` materialises maps for analysis
-            hooks.
+            (``F.scaled_dot_product_attention``) where a fused kernel takes them (the repr
+            names it per mode); ``False`` materialises maps for analysis hooks.
         patch_norm: LayerNorm after the patch embedding.
         pad_small_map: on a map shorter than the window, ``False`` shrinks the window to the map
             and drops the shift (official Swin), ``True`` zero-pads the map to the window and

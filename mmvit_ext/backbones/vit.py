@@ -18,15 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..converters.layouts import StateDict
-from ..layers import (AttnBias, CheckpointedCall, Mlp, PatchEmbed, Size2, WindowAttention,
-                      bias_terms, interpolation_matrix, known_equal,
-                      scaled_dot_product_attention)
+from ..layers import (AttnBias, CheckpointedCall, Mlp, OperandForm, PatchEmbed, Size2,
+                      WindowAttention, bias_terms, interpolation_matrix, kernel_for_call,
+                      known_equal, scaled_dot_product_attention)
 from ..registry import MODELS
 from .dinov3 import (DINOV3_KEYS, build_rope, dinov3_arch_zoo, fit_qkv_bias,
                      infer_dinov3_arch, merge_rope, normed_tokens, rope_attention,
                      swiglu_hidden)
 from .plain_vit import PlainViTBase, ViTBlock
-from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos,  # noqa: F401
+from .vit_rel_pos import (decomposed_rel_pos, fold_decomposed_rel_pos, fold_width,  # noqa: F401
                           rel_pos_factors, rel_pos_lookup, resize_rel_pos)
 from .vit_peers import (VIT_VOCABULARY, Facts, peer_arch, preset_facts, read_peer_args,
                         resolve_layout, vit_peers)
@@ -84,12 +84,18 @@ class RelPosAttention(WindowAttention):
         self.attn_grid = hw if self.window_size is None else self.fitted_window(hw)[0]
         return super().forward(x, hw)
 
+    def operand_forms(self, training: bool) -> Tuple[OperandForm, ...]:
+        # the fold (q, k widened, no mask) first, else the bias as a mask: computed from q, it
+        # needs a gradient in training
+        return (OperandForm(same_value_dim=False), self.bias_form(True, training))
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
-        # no (N, N) bias for SDPA: the tables folded into q and k (a symbolic grid, in export,
-        # keeps the bias)
+        # no (N, N) bias for SDPA where a fused kernel takes q and k wider than v: the tables
+        # folded into q and k (a symbolic grid, in export, keeps the bias)
         if self.fused_kernel() and not bias_terms(attn_bias) \
-                and all(isinstance(side, int) for side in self.attn_grid):
+                and all(isinstance(side, int) for side in self.attn_grid) \
+                and kernel_for_call(q, v, (), self.dropout_p, fold_width(q, self.attn_grid)):
             q, k = fold_decomposed_rel_pos(q, k, self.rel_pos_h, self.rel_pos_w, self.attn_grid,
                                            self.scale)
             return self.project(scaled_dot_product_attention(q, k, v, None, self.dropout_p, 1.0))

@@ -46,6 +46,11 @@ def decomposed_rel_pos(q: torch.Tensor, rel_pos_h: torch.Tensor, rel_pos_w: torc
     return bias.reshape(*q.shape[:-2], n, n)
 
 
+def fold_width(q: torch.Tensor, grid: Size2) -> int:
+    """The head dim of q and k widened by :func:`fold_decomposed_rel_pos` over ``grid``."""
+    return -(-(q.shape[-1] + grid[0] + grid[1]) // 8) * 8
+
+
 def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.Tensor,
                             rel_pos_w: torch.Tensor, grid: Size2, scale: float
                             ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -62,7 +67,7 @@ def fold_decomposed_rel_pos(q: torch.Tensor, k: torch.Tensor, rel_pos_h: torch.T
     # one-hot rows built in float32 (torch 2.1 has no bfloat16 ``eye`` on CPU)
     rows = torch.eye(height, device=k.device).to(k.dtype)[:, None].expand(height, width, height)
     cols = torch.eye(width, device=k.device).to(k.dtype)[None].expand(height, width, width)
-    zeros = q.new_zeros(*q.shape[:-1], -(q.shape[-1] + height + width) % 8)
+    zeros = q.new_zeros(*q.shape[:-1], fold_width(q, grid) - q.shape[-1] - height - width)
     q = torch.cat([q * scale, bias_h.flatten(-3, -2).to(q.dtype),
                    bias_w.flatten(-3, -2).to(q.dtype), zeros], dim=-1)
     k = torch.cat([k, rows.reshape(n, height).expand(*k.shape[:-1], height),

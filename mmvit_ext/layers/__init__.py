@@ -2,7 +2,7 @@
 from .attention import (POST_SOFTMAX, PRE_SOFTMAX, Attention, AttentionBase, AttnBias,
                         MapTransform, attention_probs, bias_terms, explicit_attention,
                         final_map, map_attention,
-                        scaled_dot_product_attention, sum_bias)
+                        scaled_dot_product_attention, sdpa_mask, sum_bias)
 from .checkpoint import CheckpointedCall
 from .deform_attn import MSDeformAttn, multi_scale_deformable_attention, reference_points
 from .drop import DropPath, linear_drop_path_rates
@@ -17,6 +17,8 @@ from .rope import RopeEmbedding, apply_rope, rope_coords, rope_periods, rotate_h
 from .rel_pos import RelativePositionBias, relative_position_index, resize_rel_pos_table
 from .resample import (adaptive_avg_pool2d, adaptive_pool_matrix, interpolation_matrix,
                        resize_grid)
+from .sdpa_kernels import (SDPA_KERNELS, OperandForm, SdpaKernel, fused_sdpa_kernel,
+                           kernel_for_call)
 from .sra import SpatialReductionAttention
 from .shapes import Size2, map_to_tokens, pad_to_multiple, to_2tuple, tokens_to_map
 from .utils import known_equal, known_zero
@@ -26,7 +28,8 @@ from .window import (WindowAttention, WindowGeometry, fit_window, join_windows,
 __all__ = [
     'Attention', 'AttentionBase', 'CheckpointedCall', 'AttnBias', 'MapTransform', 'PRE_SOFTMAX', 'POST_SOFTMAX',
     'bias_terms', 'sum_bias', 'attention_probs', 'final_map',
-    'scaled_dot_product_attention', 'explicit_attention',
+    'scaled_dot_product_attention', 'sdpa_mask', 'explicit_attention',
+    'SDPA_KERNELS', 'SdpaKernel', 'OperandForm', 'fused_sdpa_kernel', 'kernel_for_call',
     'map_attention', 'ReAttention',
     'RefinerMap', 'TalkingHeads', 'WindowAttention', 'WindowGeometry', 'fit_window',
     'split_windows', 'join_windows', 'shifted_window_mask', 'window_partition', 'window_reverse',

@@ -12,9 +12,12 @@ Three functions hold the arithmetic, each a plain PyTorch definition:
   :func:`map_attention` on a given map (:func:`final_map`: post-softmax transforms and
   ``attn_map``; dropout, ``attn @ v``), for families that reuse or carry maps (Refined-ViT).
 
-The final map always passes through ``attn_map`` (an Identity) for analysis hooks. The fused
-path is SDPA on every device, dtype and mode (PyTorch picks its kernel per call);
-:mod:`mmvit_ext.flags` ``fused_attention(False)`` turns it off.
+The final map always passes through ``attn_map`` (an Identity) for analysis hooks. A layer calls
+SDPA only where one of its fused kernels takes the call (:mod:`.sdpa_kernels`, PyTorch's own
+gates as data: dtype, mask and its gradient, dropout, head dims); elsewhere SDPA would run its
+math fallback (float32 on the CPU, whatever the autocast dtype), and the layer computes the
+explicit product instead. The repr names the path per mode; :mod:`mmvit_ext.flags`
+``fused_attention(False)`` turns the fused path off.
 
 An additive bias (``attn_bias``) is one tensor or a tuple of terms that broadcast to the map
 (Swin's per-head position bias and per-window shift mask): kept apart, no (windows x heads x
@@ -29,6 +32,7 @@ from torch import nn
 
 from .. import flags
 from .checkpoint import CheckpointedCall
+from .sdpa_kernels import FIXED, LEARNED, OperandForm, describe_paths, kernel_for_call
 
 PRE_SOFTMAX = 'pre_softmax'
 POST_SOFTMAX = 'post_softmax'
@@ -66,24 +70,36 @@ def fold_leading(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(math.prod(t.shape[:-3]), *t.shape[-3:])
 
 
+def sdpa_mask(attn_bias: AttnBias, q: torch.Tensor) -> Optional[torch.Tensor]:
+    """``attn_bias`` as one SDPA mask for q (..., H, N, d): summed, in q's dtype, 4-D
+    (batch or 1, H or 1, N, M) once q's leading dims are folded, last stride 1 -- the form
+    every fused kernel that takes a mask accepts. A per-window bias (4+ dims) is expanded over
+    the batch for that; a bias of at most (H, N, M) broadcasts over it as it is (no batch x
+    windows copy)."""
+    mask = sum_bias(attn_bias)
+    if mask is None:
+        return None
+    if mask.dtype not in (q.dtype, torch.bool):
+        mask = mask.to(q.dtype)  # autocast: the fused kernels take one dtype
+    lead = q.shape[:-3]
+    if mask.dim() > 3 and len(lead) != 1:  # per window: one copy per image
+        mask = fold_leading(mask.expand(*lead, *mask.shape[-3:]))
+    elif mask.dim() < 4:  # (H, N, M) -> (1, H, N, M): torch's CPU gate refuses 3-D masks
+        mask = mask.view(*(1,) * (4 - mask.dim()), *mask.shape)
+    return mask if mask.stride(-1) == 1 else mask.contiguous()
+
+
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  attn_bias: AttnBias = None, dropout_p: float = 0.0,
                                  scale: Optional[float] = None) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) v for q (..., H, N, d), k / v (..., H, M, d).
-
-    ``attn_bias`` broadcasts to (..., H, N, M). Leading dimensions beyond one are folded into
-    the batch axis: a per-window bias (4+ dims) is expanded over the batch for that, a bias of
-    at most (H, N, M) broadcasts over it as it is (no batch x windows copy).
-    """
+    """softmax(q k^T * scale + bias) v for q (..., H, N, d), k / v (..., H, M, d) through
+    ``F.scaled_dot_product_attention``, leading dimensions folded into its batch axis and the
+    bias as :func:`sdpa_mask`. Callers ask :func:`~.sdpa_kernels.kernel_for_call` first."""
     lead = q.shape[:-3]
-    attn_bias = sum_bias(attn_bias)
-    if attn_bias is not None and attn_bias.dtype not in (q.dtype, torch.bool):
-        attn_bias = attn_bias.to(q.dtype)  # autocast: the fused kernels take one dtype
+    attn_mask = sdpa_mask(attn_bias, q)
     if len(lead) != 1:
-        if attn_bias is not None and attn_bias.dim() > 3:  # per window: one copy per image
-            attn_bias = fold_leading(attn_bias.expand(*lead, *attn_bias.shape[-3:]))
         q, k, v = fold_leading(q), fold_leading(k), fold_leading(v)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                          scale=scale)
     return out.view(*lead, *out.shape[-3:])
 
@@ -156,16 +172,34 @@ class AttentionBase(CheckpointedCall, nn.Module):
         self.fused = fused
 
     def extra_repr(self) -> str:
-        return 'explicit' if not self.fused or self.map_transforms else 'fused'
+        if self.map_transforms:
+            return 'explicit (map transforms)'
+        if not self.fused:
+            return 'explicit (fused=False)'
+        device = self.proj.weight.device.type
+        forms = (self.operand_forms(training=False), self.operand_forms(training=True))
+        return 'fused: ' + describe_paths(device, self.head_dim, forms, (False, self.attn_drop > 0))
+
+    def operand_forms(self, training: bool) -> Tuple[OperandForm, ...]:
+        """What :meth:`attend` hands SDPA in training or inference, in the order it tries
+        them (for the repr; :meth:`attend` decides from the tensors of each call)."""
+        return (OperandForm(),)
+
+    @staticmethod
+    def bias_form(learned: bool, training: bool) -> OperandForm:
+        """An additive bias as a mask: :data:`LEARNED` in training when it holds parameters."""
+        return OperandForm(mask=LEARNED if learned and training else FIXED)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_bias: AttnBias = None) -> torch.Tensor:
-        """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected."""
-        if not self.fused_kernel():
+        """(..., H, N, d) queries over (..., H, M, d) keys/values -> (..., N, H*d) projected:
+        SDPA where a fused kernel takes the call, else the explicit product."""
+        if self.fused_kernel() and kernel_for_call(q, v, bias_terms(attn_bias),
+                                                   self.dropout_p) is not None:
+            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
+        else:
             x = explicit_attention(q, k, v, self.scale, attn_bias, self.dropout_p,
                                    self.map_transforms, self.attn_map)
-        else:
-            x = scaled_dot_product_attention(q, k, v, attn_bias, self.dropout_p, self.scale)
         return self.project(x)
 
     @property
@@ -174,8 +208,9 @@ class AttentionBase(CheckpointedCall, nn.Module):
         return self.attn_drop if self.training else 0.0
 
     def fused_kernel(self) -> bool:
-        """Whether :meth:`attend` takes the fused path (SDPA) now: no map transforms, the
-        layer's ``fused`` and the :mod:`mmvit_ext.flags` switch on."""
+        """Whether :meth:`attend` may take the fused path (SDPA) now: no map transforms, the
+        layer's ``fused`` and the :mod:`mmvit_ext.flags` switch on (a fused kernel must still
+        take the call)."""
         return self.fused and len(self.map_transforms) == 0 and flags.fused_attention.get()
 
     def project(self, x: torch.Tensor) -> torch.Tensor:

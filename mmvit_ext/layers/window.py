@@ -10,6 +10,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 
 from .attention import Attention, AttnBias, MapTransform
+from .sdpa_kernels import OperandForm
 from .rel_pos import RelativePositionBias
 from .shapes import Size2, pad_to_multiple, to_2tuple
 from .utils import known_equal, known_true, known_zero
@@ -187,6 +188,13 @@ class WindowAttention(Attention):
         where = ('global' if self.window_size is None
                  else f'window_size={self.window_size}, padding={self.padding!r}')
         return f'{where}, {super().extra_repr()}'
+
+    def operand_forms(self, training: bool) -> Tuple[OperandForm, ...]:
+        if self.rel_pos is None and not any(self.shift_size):
+            return (OperandForm(),)
+        learned = self.rel_pos is not None \
+            and self.rel_pos.relative_position_bias_table.requires_grad
+        return (self.bias_form(learned, training),)
 
     def fitted_window(self, hw: Size2) -> Tuple[Size2, Size2]:
         """The window and shift that attend over an ``hw`` map (:func:`fit_window`, or the

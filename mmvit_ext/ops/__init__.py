@@ -1,5 +1,6 @@
 """Device kernels beside the portable definitions of :mod:`mmvit_ext.layers` (today one:
-mmcv's CUDA multi-scale deformable attention; attention itself is SDPA everywhere).
+mmcv's CUDA multi-scale deformable attention; attention calls SDPA where one of PyTorch's fused
+kernels takes the call, :mod:`mmvit_ext.layers.sdpa_kernels`).
 
 A kernel computes what a layer's pure-PyTorch function computes, faster on some devices; the
 layer picks it when built (visible in ``print(model)``) and calls the portable function wherever
