@@ -65,7 +65,7 @@ _extras = {
     # timm, Hugging Face and vit-pytorch models are its references
     'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'transformers>=4.40', 'safetensors', 'matplotlib',
               'pycocotools', 'onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.3', 'vit-pytorch',
-              'pyyaml', 'packaging'],
+              'pyyaml', 'packaging', 'scipy'],  # scipy: the official EoMT / Mask2Former matcher
 }
 # everything of one kind: OpenMMLab's stack (the OneDL one is the onedl* extras together).
 # OpenMMLab's last mmpretrain (1.2.0) fails to import beside transformers >= 4.56 and

@@ -42,8 +42,9 @@ CLS_CROP, CLS_EDGE = 64, 72
 # A trunk past this many parameters (about 12 dim^2 per block) steps at 1/16 of its width, its
 # depth, heads and block structure kept, and every width of the neck and heads that follow it
 # scaled alike: the DINOv3 ViT-7B's float32 weights alone (26.9 GB) exceed this machine's memory,
-# and a ViT-L (0.3 B) with a Mask2Former head or EoMT's 512 px queries takes minutes a step on
-# 2 cores; ViT-B (86 M) and smaller step at their width.
+# and a plain ViT-L (0.3 B) with a Mask2Former head or EoMT's queries takes minutes a step on
+# 2 cores; ViT-B (86 M) and smaller, and the other families' presets below 2e9, step at their
+# width.
 BIG_TRUNK, BIG_TRUNK_SHRINK = 2e8, 16
 
 
@@ -147,7 +148,8 @@ def _shrink_big_trunk(model: dict) -> None:
         return
     preset = dict(zoo[arch])
     depth = preset.get('depth')  # plain trunks; the pyramids' stages are far below the bound
-    if not isinstance(depth, int) or 12 * preset['embed_dims'] ** 2 * depth <= BIG_TRUNK:
+    bound = BIG_TRUNK if zoo is VisionTransformer.arch_zoo else 2e9  # CaiT-M48 steps as it is
+    if not isinstance(depth, int) or 12 * preset['embed_dims'] ** 2 * depth <= bound:
         return
     backbone.arch = dict(preset, embed_dims=preset['embed_dims'] // BIG_TRUNK_SHRINK)
     for part in ('neck', 'decode_head', 'auxiliary_head', 'rpn_head', 'roi_head'):

@@ -161,7 +161,7 @@ def test_bash_under_tools_and_ci_stays_small():
 
 # top-level tools/*.py: what a user runs plus one helper module (issue #55: at most 1,600 lines);
 # the GPU wheel-set builder, the GPU check and the stack-test driver are tools/dev/'s
-TOOLS_LINES_NOW = 1153  # a ratchet: lower it as tools/ shrinks
+TOOLS_LINES_NOW = 1151  # a ratchet: lower it as tools/ shrinks
 
 
 def _tools_lines() -> int:

@@ -28,21 +28,15 @@ import torch
 
 import mmvit_ext  # noqa: F401  (registers the layouts and the safe unpickler)
 from mmvit_ext.backbones import family_class, family_classes
-from mmvit_ext.converters import (LAYOUTS, CheckpointError, detect_layouts, read_checkpoint,
-                                  save_state_dict, unwrap_state_dict)
-from mmvit_ext.converters.layouts import convert_model_layout
-
-
-def infer_arch(family: str, state_dict: dict) -> Optional[dict]:
-    """Constructor settings read off our-layout weights by the family's class (``None``: they
-    do not determine the architecture)."""
-    return family_class(family).infer_arch(state_dict)
+from mmvit_ext.converters import (CheckpointError, read_checkpoint, save_state_dict,
+                                  unwrap_state_dict)
+from mmvit_ext.converters.whole_model import convert_model, single_layout
 
 
 def load_back(dst: str, family: str, arch: Optional[str]) -> str:
     """Read ``dst`` back and load it strictly into our backbone; the line to print."""
     state_dict = unwrap_state_dict(read_checkpoint(dst), source=f'written file {dst}')
-    settings = dict(arch=arch) if arch else infer_arch(family, state_dict)
+    settings = dict(arch=arch) if arch else family_class(family).infer_arch(state_dict)
     if settings is None:
         return f'  not load-checked: pass --arch to build the {family} model'
     cls = family_class(family)
@@ -55,36 +49,6 @@ def load_back(dst: str, family: str, arch: Optional[str]) -> str:
             f'{report.layout!r}: {len(report.loaded)} tensors{kept}')
 
 
-def convert_model(src: str, dst: str, state_dict: dict, trunk: Optional[str]) -> Optional[str]:
-    """A whole-model checkpoint of a known foreign layout (the official DINOv3 segmentor) ->
-    an OpenMMLab model checkpoint (``backbone.*``, ``decode_head.*``), ``trunk``'s weights (any
-    layout of the trunk's family) merged under ``backbone.``; the summary, or ``None`` for
-    other checkpoints."""
-    converted, layout = convert_model_layout(state_dict)
-    if layout is None:
-        return None
-    lines = [f'{src}: detected layout: {layout} -> {dst}',
-             f'  {len(state_dict)} tensors in, {len(converted)} out, '
-             f'{len(state_dict) - len(converted)} dropped']
-    if trunk is not None:
-        trunk_state = unwrap_state_dict(read_checkpoint(trunk), source=f'checkpoint {trunk}')
-        trunk_layout = next((lay for lay in detect_layouts(trunk_state)
-                             if lay.family == 'vit' and lay.convert is not None), None)
-        if trunk_layout is None:
-            raise CheckpointError(f'--trunk {trunk}: not a ViT trunk checkpoint of a known layout')
-        merged = trunk_layout.convert(trunk_state)
-        lines.append(f'  trunk {trunk} ({trunk_layout.name}): {len(merged)} tensors under '
-                     f'backbone.')
-        converted = {**{f'backbone.{k}': v for k, v in merged.items()}, **converted}
-    else:
-        lines.append('  no trunk in this file: pass --trunk, or load the trunk first (the '
-                     "backbone's init_cfg) and this file as load_from")
-    groups = Counter(k.split('.')[0] for k in converted)
-    lines.append('  out groups: ' + ', '.join(f'{g} ({n})' for g, n in sorted(groups.items())))
-    save_state_dict(converted, dst)
-    return '\n'.join(lines)
-
-
 def convert(src: str, dst: str, family: Optional[str] = None, arch: Optional[str] = None,
             trunk: Optional[str] = None) -> str:
     """Convert ``src`` into ``dst``; returns the printed summary. Raises CheckpointError."""
@@ -94,18 +58,7 @@ def convert(src: str, dst: str, family: Optional[str] = None, arch: Optional[str
         return whole
     if trunk is not None:
         raise CheckpointError('--trunk applies to whole segmentor checkpoints only')
-    layouts = [lay for lay in detect_layouts(state_dict) if lay.convert is not None
-               and (family is None or lay.family == family)]
-    if not layouts:
-        wanted = f' of family {family!r}' if family else ''
-        raise CheckpointError(
-            f'checkpoint {src}: no known layout{wanted} recognised ({len(state_dict)} tensors; '
-            f'first keys: {sorted(state_dict)[:8]}); known layouts: '
-            + '; '.join(lay.name for lay in LAYOUTS if not lay.ours))
-    if len({lay.family for lay in layouts}) > 1:
-        raise CheckpointError(f'checkpoint {src} matches several layouts '
-                              f'{[lay.name for lay in layouts]}; pass --family')
-    layout = layouts[0]
+    layout = single_layout(state_dict, f'checkpoint {src}', family)
     converted = layout.convert(state_dict)
     save_state_dict(converted, dst)
     renamed = sum(1 for k in converted if k not in state_dict)
