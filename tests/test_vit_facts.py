@@ -146,3 +146,23 @@ def test_the_order_of_facts_is_written_once():
     assert 'vit' not in imported and '.vit' not in imported, imported
     from mmvit_ext.backbones.vit_peers import FACT_LEVELS
     assert FACT_LEVELS == ('argument', 'preset', 'scope', 'ours')
+
+
+def test_dinov2_s_hf_weights_give_transformers_maps_in_every_scope():
+    import transformers
+    from layout_peers import hf_checkpoint
+    config = transformers.Dinov2Config(hidden_size=384, num_hidden_layers=12,
+                                       num_attention_heads=6, mlp_ratio=4, image_size=56,
+                                       patch_size=14, layerscale_value=1e-5)
+    hf = randomise(transformers.Dinov2Model(config), seed=6)
+    state = hf_checkpoint(hf)
+    x = torch.randn(1, 3, 56, 56)
+    with torch.no_grad():
+        tokens = hf(x).last_hidden_state[:, 1:]
+    want = tokens.transpose(1, 2).reshape(1, 384, 4, 4)
+    for scope in SCOPES:
+        model = _empty(scope, _dense('dinov2_s', out_indices=(11,), img_size=56))
+        model.load_state_dict(state)
+        with torch.no_grad():
+            got = model(x)[-1]
+        assert (got - want).abs().max().item() < 1e-4, scope
