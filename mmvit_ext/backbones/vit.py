@@ -274,12 +274,10 @@ class VisionTransformer(PlainViTBase):
 
     def peer_drop(self, key: str) -> Optional[str]:
         """mmseg's ViT builds no patch bias by default and drops it from its own weights."""
-        facts = getattr(self, 'facts', None)
-        if key == 'patch_embed.proj.bias' and facts is not None and \
-                facts.source('patch_bias') == 'scope':
-            return (f"{self.peer}'s VisionTransformer drops them by default (patch_bias=False; "
-                    f'patch_bias=True or a named preset keeps them: docs/migrating.md)')
-        return None
+        if key != 'patch_embed.proj.bias' or self.facts.source('patch_bias') != 'scope':
+            return None
+        return (f"{self.peer}'s VisionTransformer drops them by default (patch_bias=False; "
+                f'patch_bias=True or a named preset keeps them: docs/migrating.md)')
 
     def absolute_positions(self, settings: dict) -> bool:
         return not settings.get('rope')
