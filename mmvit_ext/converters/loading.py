@@ -151,7 +151,7 @@ def _check_unexpected(model: nn.Module, source: str, name: str, unexpected: List
     problem = getattr(model, 'unexpected_key_problem', lambda key: None)
     peer_drop = getattr(model, 'peer_drop', lambda key: None)
     drops = {k: peer_drop(k) for k in unexpected}
-    trunk = [problem(k) for k in unexpected if not drops[k] and problem(k)]
+    trunk = [why for why in (problem(k) for k in unexpected if not drops[k]) if why]
     if trunk and strict:
         raise CheckpointError(
             f'{source} holds {len(trunk)} tensors {name} has no place for: '
