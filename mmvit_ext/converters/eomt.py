@@ -14,7 +14,10 @@ network's load pre-hook on every load path:
   with ``attention.{q,k,v,out}_proj``, ``layer_scale{1,2}.lambda1``, ``mlp.fc1/fc2`` or SwiGLU
   ``mlp.weights_in/out``, ``layernorm``, ``query``, ``upscale_block.block.{i}``,
   ``mask_head.fc{1,2,3}``, ``class_predictor``; the position table has no class slot (a zero
-  one is put in, as the class token takes no position there).
+  one is put in, as the class token takes no position there). The DINOv3 form
+  (``EomtDinov3ForUniversalSegmentation``, ``attention.o_proj``, no k bias): the trunk keys are
+  transformers' ``DINOv3ViTModel``'s (``layers`` = ``layer``, ``layernorm`` = ``norm``), left
+  for the trunk's converter.
 * a bare trunk checkpoint (any layout of the trunk): put under ``encoder.``.
 """
 import torch
@@ -50,11 +53,28 @@ def is_hf_eomt(state_dict: StateDict) -> bool:
     return 'class_predictor.weight' in state_dict and has_key(state_dict, r'^layers\.\d+\.')
 
 
+_HF_HEAD_RULES = (
+    (r'^query\.weight$', 'q.weight'),
+    (r'^upscale_block\.block\.(\d+)\.layernorm2d\.', r'upscale.\1.norm.'),
+    (r'^upscale_block\.block\.(\d+)\.', r'upscale.\1.'),
+    (r'^mask_head\.fc1\.', 'mask_head.0.'),
+    (r'^mask_head\.fc2\.', 'mask_head.2.'),
+    (r'^mask_head\.fc3\.', 'mask_head.4.'),
+    (r'^class_predictor\.', 'class_head.'),
+)
+
+
 def convert_hf_eomt(state_dict: StateDict) -> StateDict:
-    """transformers ``EomtForUniversalSegmentation`` -> ours (module docstring). Others
-    unchanged."""
+    """transformers ``EomtForUniversalSegmentation`` / ``EomtDinov3ForUniversalSegmentation`` ->
+    ours (module docstring). Others unchanged."""
     if not is_hf_eomt(state_dict):
         return dict(state_dict)
+    if has_key(state_dict, r'^layers\.\d+\.attention\.o_proj\.'):  # the DINOv3 form
+        return rename_keys(dict(state_dict), (
+            (r'^embeddings\.', 'encoder.embeddings.'),
+            (r'^layers\.(\d+)\.', r'encoder.layer.\1.'),
+            (r'^layernorm\.', 'encoder.norm.'),
+            *_HF_HEAD_RULES), drop=lambda k: k.startswith('criterion.'))
     out = {}
     for key, tensor in state_dict.items():
         if '.attention.k_proj.' in key or '.attention.v_proj.' in key:
@@ -77,14 +97,7 @@ def convert_hf_eomt(state_dict: StateDict) -> StateDict:
         (r'\.mlp\.weights_in\.', '.mlp.fc1.'),
         (r'\.mlp\.weights_out\.', '.mlp.fc2.'),
         (r'^layernorm\.', 'encoder.norm.'),
-        (r'^query\.weight$', 'q.weight'),
-        (r'^upscale_block\.block\.(\d+)\.layernorm2d\.', r'upscale.\1.norm.'),
-        (r'^upscale_block\.block\.(\d+)\.', r'upscale.\1.'),
-        (r'^mask_head\.fc1\.', 'mask_head.0.'),
-        (r'^mask_head\.fc2\.', 'mask_head.2.'),
-        (r'^mask_head\.fc3\.', 'mask_head.4.'),
-        (r'^class_predictor\.', 'class_head.'),
-    ), drop=lambda k: k.startswith('criterion.'))
+        *_HF_HEAD_RULES), drop=lambda k: k.startswith('criterion.'))
 
 
 def convert_eomt(state_dict: StateDict) -> StateDict:

@@ -66,6 +66,11 @@ class EoMTMaskAnnealingHook(Hook):
                      for s, e in zip(self.start_iters, self.end_iters)]
             network.attn_mask_probs.copy_(torch.tensor(probs))
 
+    def trained_state(self, model: nn.Module) -> None:
+        """The probabilities training leaves (every schedule ended: 0), for timing or exporting
+        a model built without its checkpoint."""
+        self.set_probabilities(model, max(self.end_iters))
+
     def before_train(self, runner) -> None:
         self.set_probabilities(runner.model, runner.iter)
 

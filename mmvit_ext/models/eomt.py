@@ -19,7 +19,7 @@ With every probability 0 the network is the plain ViT pass plus the mask module:
 built (:class:`~mmvit_ext.engine.eomt_hooks.EoMTMaskAnnealingHook` anneals the probabilities).
 """
 import math
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -123,6 +123,16 @@ class EoMT(BaseModule):
         self.upscale = nn.Sequential(*[ScaleBlock(dim)
                                        for _ in range(num_scale_blocks(self.encoder.patch_size))])
         self._register_load_state_dict_pre_hook(self._convert_on_load)
+
+    def benchmark_peers(self, img_size: Tuple[int, int]) -> Dict[str, nn.Module]:
+        """transformers' EoMT holding this network's weights (reloaded into it)
+        (:mod:`~mmvit_ext.models.eomt_peers`)."""
+        from .eomt_peers import eomt_peers
+        return eomt_peers(self, img_size)
+
+    def peer_agreement_size(self, peer: str, size: Tuple[int, int]) -> Tuple[int, int]:
+        """The peer computes our function at any size it is built for."""
+        return size
 
     def _convert_on_load(self, state_dict: StateDict, prefix: str, *args: Any) -> None:
         """Load pre-hook: the keys under ``prefix`` from any EoMT layout (or a bare trunk

@@ -10,6 +10,7 @@ Example:
     python tools/analysis/benchmark.py swin:tiny --batch 2 --size 512 512 --compare
     python tools/analysis/benchmark.py pvtv2:b2 --dtype bf16 --compare
     python tools/analysis/benchmark.py --config configs/mask_rcnn_pvtv2_b2.py --compare
+    python tools/analysis/benchmark.py --config configs/mmseg/eomt_dinov3_vitl16_512x512_ade20k.py --against configs/mmseg/mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k.py --batch 1 --modes fwd --eval
     python tools/analysis/benchmark.py deepvit:s --batch 1 --size 800 1216 --modes fwd --eval --scaling
     python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --modes fwd --eval
     python tools/analysis/benchmark.py refiner:s --against deepvit:s --batch 1 --size 800 1216 --device meta
@@ -23,7 +24,7 @@ import copy
 import re
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import nn
@@ -33,7 +34,8 @@ from mmvit_ext.benchmark import (build_peers, check_peers, count_flops, matmul_p
                                  peer_families)
 from mmvit_ext.benchmark.live_memory import live_peak_bytes
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved, profile_run
-from mmvit_ext.benchmark.train_step import DetectorTrainStep
+from mmvit_ext.benchmark.train_step import (DetectorTrainStep, SegmentorStep,
+                                            apply_trained_state, whole_model_step)
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
 from mmvit_ext.utils import build_model, retain_freed_memory
@@ -58,11 +60,15 @@ def parse_args() -> argparse.Namespace:
                              f'have them: {", ".join(peer_families())}')
     parser.add_argument('--against', nargs='+', default=[], metavar='FAMILY:ARCH',
                         help='other backbones of ours timed in the same run (interleaved), '
-                             'printed as ratios, e.g. deepvit:s')
+                             'printed as ratios, e.g. deepvit:s; with --config, other configs')
+    parser.add_argument('--against-options', nargs='+', default=[], metavar='KEY=VALUE',
+                        help="settings merged into the --against configs (mmengine's "
+                             '--cfg-options form), e.g. model.decode_head.hidden_dims=256')
     parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
                         help='backbone arguments (Python literals), e.g. window_size=None')
     parser.add_argument('--eval', action='store_true',
-                        help='models in eval mode (inference: BatchNorm statistics, chunked maps)')
+                        help='models in eval mode (inference: BatchNorm statistics, chunked maps; '
+                             'a --config model in its trained state, from its hooks)')
     parser.add_argument('--scaling', action='store_true',
                         help='also time ours at twice the pixels (2H x W) and print the ratio')
     parser.add_argument('--peak-size', type=int, default=2048,
@@ -83,8 +89,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if bool(args.backbone) == bool(args.config):
         parser.error('give either a backbone FAMILY:ARCH or --config')
-    if args.against and args.config:
-        parser.error('--against compares backbones: give a backbone FAMILY:ARCH, not --config')
+    if args.against_options and not (args.against and args.config):
+        parser.error('--against-options sets the --against configs: give --config and --against')
     return args
 
 
@@ -92,7 +98,7 @@ def parse_settings(items) -> dict:
     settings = {}
     for item in items:
         key, sep, value = item.partition('=')
-        if not sep or not key.isidentifier():
+        if not sep or not all(part.isidentifier() for part in key.split('.')):
             sys.exit(f'error: --set takes KEY=VALUE, got {item!r}')
         try:
             settings[key] = ast.literal_eval(value)
@@ -121,19 +127,39 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
             models.update(peers)
         models.update((spec, build_backbone(spec, {})) for spec in args.against)
         return models
-    from mmengine.config import Config
-    cfg = Config.fromfile(args.config)
-    cfg.model.backbone.drop_path_rate = 0.0
-    detector = build_model(cfg, pretrained=False)
-    detector.init_weights()
-    models = {'ours': DetectorTrainStep(detector)}
-    if args.compare:
-        peer = build_peers(detector.backbone, size)['mmdet']
-        check_peers(detector.backbone, {'mmdet': peer}, size)
-        other = copy.deepcopy(detector)
-        other.backbone = peer
-        models['mmdet'] = DetectorTrainStep(other)
+    detector = build_whole_model(args.config, args.eval)
+    models = {'ours': whole_model_step(detector)}
+    if args.compare:  # the whole model again with the peer's backbone (network)
+        backbone = detector.backbone
+        peers = (backbone.benchmark_peers(size) if hasattr(backbone, 'benchmark_peers') else {})
+        peers = {name: peer for name, peer in peers.items() if name in ('mmdet', 'transformers')}
+        if not peers:
+            sys.exit(f'error: no mmdet / transformers peer for {type(backbone).__name__}')
+        for name, (check, diff) in check_peers(backbone, peers, size).items():
+            print(f'[check] {name}: outputs match ours at {check[0]}x{check[1]} '
+                  f'(max abs diff {diff:.1e})')
+        for name, peer in peers.items():
+            other = copy.deepcopy(detector)
+            other.backbone = peer
+            models[name] = whole_model_step(other)
+    options = parse_settings(args.against_options)
+    models.update((Path(path).stem, whole_model_step(build_whole_model(path, args.eval, options)))
+                  for path in args.against)
     return models
+
+
+def build_whole_model(path: str, trained: bool, options: Optional[dict] = None) -> nn.Module:
+    """A config's model, initialised, no pretrained files, no drop path; ``options`` merged
+    into the config first; ``trained``: in the state its training leaves (the config's hooks)."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(path)
+    cfg.merge_from_dict(dict(options or {}, **{'model.backbone.drop_path_rate': 0.0}))
+    model = build_model(cfg, pretrained=False)
+    model.init_weights()
+    if trained:
+        for hook in apply_trained_state(model, cfg.get('custom_hooks', [])):
+            print(f'[trained state] {Path(path).stem}: {hook}')
+    return model
 
 
 def count_live_memory(args: argparse.Namespace, models: Dict[str, nn.Module]) -> None:
@@ -185,7 +211,8 @@ def main() -> None:
             sys.exit('error: --compile compiles during the warm-up runs: give --warmup >= 1')
         models = {name: torch.compile(model, backend=args.compile_backend)
                   for name, model in models.items()}
-    modes = ['fwdbwd'] if args.config else args.modes
+    # a detector's step is its training step; a segmentor's inference is its predict (eval)
+    modes = args.modes if not args.config or isinstance(eager, SegmentorStep) else ['fwdbwd']
     x = torch.randn(args.batch, 3, *args.size, device=device)
     flops = {m: count_flops(eager, x, m) for m in modes} if args.backbone else {}
     peak = matmul_peak(device, dtype, size=args.peak_size)
