@@ -2,6 +2,7 @@
 import copy
 import re
 from typing import Dict, Tuple
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -220,3 +221,36 @@ def test_compare_revisions_alternates_variants_and_prints_ratios():
     refused = tool_process('tools/analysis/benchmark.py', 'pvtv2:b0', '--compile', '--warmup', '0',
                            timeout=300)
     assert refused.returncode != 0 and '--warmup >= 1' in refused.stderr
+
+
+def test_benchmark_tool_times_whole_segmentors_against_each_other(tmp_path):
+    """--config with --against: an EoMT segmentor (in its trained state: no masks) against an
+    adapter + Mask2Former segmentor on the same kind of trunk, inference (predict) and the loss
+    step, printed as ratios; --against-options sets the other config only."""
+    root = Path(__file__).resolve().parents[1] / 'configs' / 'mmseg'
+    tiny = "dict(_delete_=True, embed_dims=64, depth=4, num_heads=2, patch_size=16, layer_scale=1e-5, " \
+           "reg_tokens=4, norm_eps=1e-5, rope=dict(base=100.0, normalize='separate'))"
+    (tmp_path / 'tiny_eomt.py').write_text(
+        f"_base_ = '{root}/eomt_dinov3_vitl16_512x512_ade20k.py'\n"
+        f"model = dict(backbone=dict(arch={tiny}, num_blocks=2, img_size=64, init_cfg=None),\n"
+        f"             test_cfg=dict(mode='window', crop_size=(64, 64)))\n"
+        f"custom_hooks = [dict(type='mmvit_ext.EoMTMaskAnnealingHook', start_iters=[0, 1],\n"
+        f"                     end_iters=[1, 2])]\n")
+    (tmp_path / 'tiny_m2f.py').write_text(
+        f"_base_ = '{root}/mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k.py'\n"
+        f"model = dict(backbone=dict(arch={tiny}, interaction_indexes=[0, 1, 2, 3],\n"
+        f"                           init_cfg=None),\n"
+        f"             decode_head=dict(in_channels=[64] * 4, hidden_dims=256),\n"
+        f"             test_cfg=dict(mode='whole'))\n")
+    for mode in (['fwd', '--eval'], ['fwdbwd']):
+        result = tool_process('tools/analysis/benchmark.py', '--config',
+                              str(tmp_path / 'tiny_eomt.py'), '--against',
+                              str(tmp_path / 'tiny_m2f.py'), '--against-options',
+                              'model.decode_head.hidden_dims=64', '--size', '64', '64',
+                              '--batch', '1', '--warmup', '0', '--repeat', '1', '--modes', *mode,
+                              timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        out = result.stdout
+        assert ('[trained state] tiny_eomt: EoMTMaskAnnealingHook' in out) == (mode[0] == 'fwd')
+        assert re.search(rf'\| tiny_m2f \| {mode[0]} \| \d+\.\d+', out), out[-2000:]
+        assert re.search(rf'ours vs tiny_m2f {mode[0]}: \d+\.\d\dx speed', out), out[-2000:]

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / 'tools' / 'dev'))
 import gpu_check  # noqa: E402
 import gpu_check_steps  # noqa: E402
 
-STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'ladder',
-         'compiled']
+STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'segmenter',
+         'ladder', 'compiled']
 
 
 def _run(*args, env=None, timeout=2400):
@@ -51,7 +51,7 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
             and line.split(' | ')[1:2] == ['ok']]
     assert [r.split(' ')[0] for r in rows] == ['probe', 'contract', 'contract', 'contract',
                                               'amp-train', 'ddp', 'fsdp', 'bench', 'detector',
-                                              'detector', 'ladder', 'bench']
+                                              'detector', 'segmenter', 'ladder', 'bench']
     assert 'PROBE cpu: 4 ops ok' in table
     for dtype in ('fp32', 'bf16', 'fp16'):  # a family may fail only where a plain op does
         ok, platform = re.search(rf'CONTRACT cpu {dtype}: (\d+) families ok(?:; limited by the '
@@ -63,6 +63,9 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     for name in ('Swin-T', 'PVTv2-b2'):
         assert re.search(rf'SUMMARY {name} fp32 b1 64x64 ours=[0-9.]+ img/s mmdet=[0-9.]+ img/s '
                          r'ours/mmdet=[0-9.]+', table), name
+    assert re.search(r'SUMMARY configs/mmseg/eomt_dinov3_vitl16_512x512_ade20k.py fp32 b1 64x64 '
+                     r'fwd_speedup_vs_mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k=[0-9.]+',
+                     table)
     assert '| ours | fp32 | `False` |' in table and '| mmdet | fp32 | `True` |' in table
     with tarfile.open(tmp_path / 'check_logs.tar.gz') as tar:
         names = tar.getnames()

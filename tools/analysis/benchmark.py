@@ -61,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--against', nargs='+', default=[], metavar='FAMILY:ARCH',
                         help='other backbones of ours timed in the same run (interleaved), '
                              'printed as ratios, e.g. deepvit:s; with --config, other configs')
+    parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                        help='settings merged into the --config model (mmengine form)')
     parser.add_argument('--against-options', nargs='+', default=[], metavar='KEY=VALUE',
                         help="settings merged into the --against configs (mmengine's "
                              '--cfg-options form), e.g. model.decode_head.hidden_dims=256')
@@ -89,6 +91,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if bool(args.backbone) == bool(args.config):
         parser.error('give either a backbone FAMILY:ARCH or --config')
+    if args.cfg_options and not args.config:
+        parser.error('--cfg-options sets the --config model: give --config')
     if args.against_options and not (args.against and args.config):
         parser.error('--against-options sets the --against configs: give --config and --against')
     return args
@@ -127,7 +131,7 @@ def build_models(args: argparse.Namespace) -> Dict[str, nn.Module]:
             models.update(peers)
         models.update((spec, build_backbone(spec, {})) for spec in args.against)
         return models
-    detector = build_whole_model(args.config, args.eval)
+    detector = build_whole_model(args.config, args.eval, parse_settings(args.cfg_options))
     models = {'ours': whole_model_step(detector)}
     if args.compare:  # the whole model again with the peer's backbone (network)
         backbone = detector.backbone

@@ -18,6 +18,10 @@ FSDP_OPTIONS = ('runner_type=FlexibleRunner', 'strategy.type=FSDPStrategy',
                 'strategy.model_wrapper.mixed_precision.buffer_dtype=float32')
 # the ViTDet ViT-B, whose peers are timm's and mmpretrain's SAM ViT (mmvit_ext/benchmark/peers.py)
 BENCH_SETTINGS = {'vit:b': ('--set', 'use_rel_pos=True', 'final_norm=False')}
+# EoMT-L against the DINOv3 adapter + Mask2Former on the same trunk, the head at the EoMT paper's
+# baseline width (256); the CPU variant at ViT-S
+SEGMENTERS = ('configs/mmseg/eomt_dinov3_vitl16_512x512_ade20k.py',
+              'configs/mmseg/mask2former_dinov3_vitl16_adapter_512x512_160k_ade20k.py')
 DETECTORS = {'Swin-T': 'configs/mask_rcnn_swin_t_fpn_1x_coco.py',
              'PVTv2-b2': 'configs/mask_rcnn_pvtv2_b2.py'}
 
@@ -41,6 +45,8 @@ class Settings:
     detector_args: Tuple[str, ...]       # dtype, warmup, repeat
     ladder_name: str
     ladder_args: Tuple[str, ...]
+    segmenter_name: str
+    segmenter_args: Tuple[str, ...]      # size, dtype, warmup, repeat, trunk settings
 
 
 def names_in(text: str) -> List[str]:
@@ -60,7 +66,10 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
             detector_batch=2, detector_size=(800, 1333),
             detector_args=('--dtype', 'bf16', '--warmup', '2', '--repeat', '5'),
             ladder_name='ladder Swin-L 800x1333',
-            ladder_args=('--arch', 'large', '--size', '800', '1333', '--repeat', '3'))
+            ladder_args=('--arch', 'large', '--size', '800', '1333', '--repeat', '3'),
+            segmenter_name='segmenter EoMT-L vs adapter-L + M2F inference bf16 b1 512x512',
+            segmenter_args=('--size', '512', '512', '--dtype', 'bf16', '--warmup', '3',
+                            '--repeat', '20'))
     return Settings(
         train_size=64, deterministic=True, train_validates=False, amp_dtypes=('bfloat16',),
         # fewer proposals and sampled RoIs: the RoI heads' CPU time is most of a step at 64 px
@@ -75,7 +84,13 @@ def settings_for(device: str, env: Mapping[str, str] = os.environ) -> Settings:
         ladder_name='ladder Swin-T 96x128',
         # --repeat 0: each row's one step is its memory and its time
         ladder_args=('--arch', 'tiny', '--size', '96', '128', '--warmup', '0', '--repeat', '0',
-                     '--rows', 'ours:fp32:False', "ours:fp32:'attn'", 'mmdet:fp32:True'))
+                     '--rows', 'ours:fp32:False', "ours:fp32:'attn'", 'mmdet:fp32:True'),
+        segmenter_name='segmenter EoMT-S vs adapter-S + M2F inference fp32 b1 64x64',
+        segmenter_args=('--size', '64', '64', '--warmup', '0', '--repeat', '1', '--cfg-options',
+                        'model.backbone.arch=dinov3_vits16', 'model.test_cfg.crop_size=(64,64)',
+                        '--against-options', 'model.backbone.arch=dinov3_vits16',
+                        'model.backbone.interaction_indexes=[2,5,8,11]',
+                        'model.decode_head.in_channels=[384,384,384,384]'))
 
 
 @dataclass(frozen=True)
@@ -194,6 +209,18 @@ def detector_rows(check: Check) -> List[Row]:
             for name, config in DETECTORS.items()]
 
 
+def segmenter_rows(check: Check) -> List[Row]:
+    s = check.settings
+    eomt, m2f = SEGMENTERS
+    args = list(s.segmenter_args)
+    if '--against-options' not in args:
+        args.append('--against-options')
+    return [Row(s.segmenter_name, (check.python, 'tools/analysis/benchmark.py', '--config', eomt,
+                                   '--against', m2f, '--device', check.device, '--batch', '1',
+                                   '--modes', 'fwd', '--eval', *args,
+                                   'model.decode_head.hidden_dims=256'))]
+
+
 def ladder_rows(check: Check) -> List[Row]:
     s = check.settings
     return [Row(s.ladder_name, (check.python, 'tools/analysis/memory_ladder.py', '--device',
@@ -225,6 +252,9 @@ STEPS: Dict[str, Step] = {
                   bench_rows),
     'detector': Step("Mask R-CNN training step, bf16, b2, 800x1333: Swin-T / PVTv2-b2, ours vs mmdet's",
                      detector_rows),
+    'segmenter': Step('EoMT-L against the DINOv3 adapter-L + Mask2Former (head width 256), '
+                      'inference, bf16, b1, 512x512 (benchmark.py --config --against)',
+                      segmenter_rows),
     'ladder': Step('the Swin-L memory ladder, 800x1333, ours and mmdet at equal dtypes (memory_ladder.py)',
                    ladder_rows),
     'compiled': Step('opt-in: bench again, every side torch.compile-d (9 inductor builds; the '
