@@ -255,3 +255,28 @@ def test_semantic_export_with_dynamic_sizes_and_compile_without_breaks(tmp_path)
     x = torch.randn(1, 3, 48, 64)
     with torch.no_grad():
         assert torch.allclose(compiled(x)[0], root(x)[0], atol=1e-5)
+
+
+def test_rope_augmentation_is_one_draw_per_forward():
+    """The official EoMT calls the trunk's RoPE once per forward (transformers'
+    ``rope_embeddings(x)``): one coordinate augmentation for every block, where the bare DINOv3
+    trunk draws once per block; with_cp, which would recompute blocks with fresh draws, is
+    refused."""
+    from unittest import mock
+
+    import mmvit_ext.layers.rope as rope_module
+    arch = dict(embed_dims=32, depth=3, num_heads=2, patch_size=16, reg_tokens=4,
+                rope=dict(base=100.0, rescale_coords=2.0))
+    model = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=2, img_size=32).train()
+    x = torch.randn(1, 3, 32, 32)
+    with mock.patch.object(rope_module, 'augment_coords',
+                           wraps=rope_module.augment_coords) as draws:
+        model(x)
+        assert draws.call_count == 1
+        model.encoder(x)
+        assert draws.call_count == 1 + 3  # the bare trunk: one per block
+        model.eval()(x)
+        assert draws.call_count == 4  # none in eval
+    checkpointed = EoMT(arch, NUM_CLASSES, NUM_Q, num_blocks=2, img_size=32, with_cp=True).train()
+    with pytest.raises(ConfigError, match='with_cp'):
+        checkpointed(x)

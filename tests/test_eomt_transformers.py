@@ -22,7 +22,8 @@ DIM, DEPTH, HEADS, QUERIES, CLASSES, BLOCKS = 64, 4, 4, 5, 6, 3
 def _pair(form: str):
     torch.manual_seed(0)
     arch = (dict(embed_dims=DIM, depth=DEPTH, num_heads=HEADS, patch_size=16, layer_scale=0.5)
-            if form == 'dinov2' else dict(_dinov3(DIM, DEPTH, HEADS), norm_eps=1e-6))
+            if form == 'dinov2' else dict(_dinov3(DIM, DEPTH, HEADS), norm_eps=1e-6, rope=dict(
+                base=100.0, normalize='separate', rescale_coords=2.0)))
     ours = EoMT(arch, CLASSES, QUERIES, num_blocks=BLOCKS, img_size=64, reg_tokens=4)
     peer = transformers_eomt(ours)  # its weights now in ours
     with torch.no_grad():  # perturbed, so that no tensor is at its initial constant
@@ -39,7 +40,8 @@ def _diff(ours_out, peer_out) -> float:
 @pytest.mark.parametrize('form', ['dinov2', 'dinov3'])
 def test_same_logits_as_transformers(form):
     """Eval with every block's probability 0 (a trained model) and 1; training with annealing
-    probabilities between, same seed: the last prediction's mask and class logits <= 1e-5."""
+    probabilities between, same seed (the DINOv3 form with the RoPE rescale augmentation, one
+    draw per forward): the last prediction's mask and class logits <= 1e-5."""
     ours, peer = _pair(form)
     assert isinstance(peer, TransformersEoMT)
     assert type(peer.model).__name__ == ('EomtForUniversalSegmentation' if form == 'dinov2'

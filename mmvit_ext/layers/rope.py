@@ -14,10 +14,12 @@ uniform in [-shift, shift] (added), a factor per axis log-uniform in [1/jitter, 
 factor log-uniform in [1/rescale, rescale] (both multiplied), with the official RNG calls (float32
 on the periods' device). The official trunk calls its RoPE once per block, so each block draws
 its own; so do ours (a block recomputed by activation checkpointing replays its draws: torch
-restores the RNG state).
+restores the RNG state). Within :meth:`RopeEmbedding.one_draw` every call returns the first
+call's draw (the official EoMT: one RoPE per forward, shared by all blocks).
 """
+import contextlib
 import math
-from typing import Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -121,6 +123,7 @@ class RopeEmbedding(nn.Module):
         self.jitter_coords = _check_augmentation('jitter_coords', jitter_coords, 1.0)
         self.rescale_coords = _check_augmentation('rescale_coords', rescale_coords, 1.0)
         self.register_buffer('periods', rope_periods(head_dim, base, min_period, max_period))
+        self._held: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, torch.Tensor]]] = None
 
     @property
     def augments(self) -> bool:
@@ -134,7 +137,24 @@ class RopeEmbedding(nn.Module):
             ('rescale_coords', self.rescale_coords)) if v is not None)
         return f'frequencies={self.periods.shape[0]}, normalize={self.normalize!r}{augment}'
 
+    @contextlib.contextmanager
+    def one_draw(self) -> Iterator[None]:
+        """Within: one augmentation draw per grid, returned by every call (module doc)."""
+        self._held = {}
+        try:
+            yield
+        finally:
+            self._held = None
+
     def forward(self, hw: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self._held is not None and tuple(hw) in self._held:
+            return self._held[tuple(hw)]
+        sin_cos = self._sin_cos(hw)
+        if self._held is not None:
+            self._held[tuple(hw)] = sin_cos
+        return sin_cos
+
+    def _sin_cos(self, hw: Size2) -> Tuple[torch.Tensor, torch.Tensor]:
         coords = rope_coords(hw, self.normalize, self.periods.device)
         if self.augments:
             coords = augment_coords(coords, self.shift_coords, self.jitter_coords,

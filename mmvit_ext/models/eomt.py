@@ -6,7 +6,9 @@ during training) restricts each query to its predicted mask.
 Semantics follow the official ``tue-mps/eomt`` (``models/eomt.py``, ``models/scale_block.py``):
 
 - queries are prepended to the tokens (``[queries, class, registers, patches]``); RoPE (DINOv3)
-  rotates the patch tokens only;
+  rotates the patch tokens only, and its training-time coordinate augmentation is drawn once per
+  forward for all blocks (the official ``rope_embeddings(x)`` call; our bare trunk draws per
+  block, as the official DINOv3);
 - before each of the last ``num_blocks`` blocks and after the last block, the final norm's
   output gives a prediction: class logits ``Linear(num_classes + 1)`` of the queries, mask
   logits ``einsum(mlp(queries), upscale(patches))`` (3-layer GELU MLP; ``log2(patch) - 2``
@@ -217,6 +219,18 @@ class EoMT(BaseModule):
         ``annealed``: the pass of a trained model, no masks whatever ``attn_mask_probs`` holds
         (0 after annealing); for export and compilation, which cannot branch on the buffer."""
         all_blocks = self.training if all_blocks is None else all_blocks
+        rope = getattr(self.encoder, 'rope_embed', None)
+        if rope is None or not rope.augments:
+            return self._forward(x, all_blocks, annealed)
+        if self.encoder._cp_plan.active:
+            raise ConfigError('EoMT: with_cp cannot recompute blocks that share one RoPE '
+                              'augmentation draw; train without with_cp or without rope '
+                              'augmentation')
+        with rope.one_draw():  # the official EoMT: one RoPE draw per forward, for every block
+            return self._forward(x, all_blocks, annealed)
+
+    def _forward(self, x: torch.Tensor, all_blocks: bool,
+                 annealed: bool) -> Tuple[torch.Tensor, torch.Tensor]:
         encoder = self.encoder
         tokens, hw = encoder.embed_tokens(x)
         first = encoder.depth - self.num_blocks
