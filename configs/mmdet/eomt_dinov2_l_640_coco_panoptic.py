@@ -18,7 +18,9 @@ _base_ = './eomt_dinov2_l_640_coco_instance.py'
 
 num_stuff_classes = 53
 num_classes = 80 + num_stuff_classes
-data_preprocessor = dict(pad_seg=True, seg_pad_value=255)
+dataset_type = 'CocoPanopticDataset'
+# padded to a multiple of 32 as the instance config (mmdet's 1024 pad left out here too)
+data_preprocessor = dict(pad_seg=True, seg_pad_value=255, batch_augments=None)
 model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(num_classes=num_classes),
@@ -36,11 +38,11 @@ test_pipeline = [
     dict(step, type='LoadPanopticAnnotations', with_seg=True) if step.type == 'LoadAnnotations'
     else step for step in _base_.test_pipeline]
 train_dataloader = dict(dataset=dict(
-    type='CocoPanopticDataset', ann_file='annotations/panoptic_train2017.json',
+    type=dataset_type, ann_file='annotations/panoptic_train2017.json',
     data_prefix=dict(img='train2017/', seg='annotations/panoptic_train2017/'),
     pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(
-    type='CocoPanopticDataset', ann_file='annotations/panoptic_val2017.json',
+    type=dataset_type, ann_file='annotations/panoptic_val2017.json',
     data_prefix=dict(img='val2017/', seg='annotations/panoptic_val2017/'),
     pipeline=test_pipeline))
 test_dataloader = val_dataloader
