@@ -216,3 +216,40 @@ def official_loss(masks: torch.Tensor, classes: torch.Tensor, gt_masks: List[tor
     weight[-1] = no_object
     ce = F.cross_entropy(classes.transpose(1, 2), target, weight=weight)
     return dict(mask=bce / num_masks, dice=dice / num_masks, ce=ce)
+
+
+# ---- the official panoptic inference (training/lightning_module.py to_per_pixel_preds_panoptic)
+def official_panoptic(mask_logits: torch.Tensor, class_logits: torch.Tensor,
+                      stuff_classes: Sequence[int], mask_thresh: float = 0.8,
+                      overlap_thresh: float = 0.8) -> torch.Tensor:
+    """One image's mask logits (Q, H, W) at the image's size and class logits (Q, K + 1) ->
+    (H, W, 2): the class per pixel (K: none) and its segment (-1: none); queries kept above
+    ``mask_thresh``, pixels to the best score x probability, a segment dropped below
+    ``overlap_thresh`` of its own mask, the stuff classes one segment each."""
+    num_classes = class_logits.shape[-1] - 1
+    scores, classes = class_logits.softmax(-1).max(-1)
+    preds = torch.full((*mask_logits.shape[-2:], 2), -1, dtype=torch.long)
+    preds[..., 0] = num_classes
+    keep = classes.ne(num_classes) & (scores > mask_thresh)
+    if not keep.any():
+        return preds
+    masks = mask_logits[keep].sigmoid()
+    segments = torch.full(mask_logits.shape[-2:], -1, dtype=torch.long)
+    mask_ids = (scores[keep][:, None, None] * masks).argmax(0)
+    stuff_segments, found = {}, []
+    for k, class_id in enumerate(classes[keep].tolist()):
+        own, won = masks[k] >= 0.5, mask_ids == k
+        final = own & won
+        if not final.any() or won.sum() / own.sum() < overlap_thresh:
+            continue
+        if class_id in stuff_classes and class_id in stuff_segments:
+            segments[final] = stuff_segments[class_id]
+            continue
+        if class_id in stuff_classes:
+            stuff_segments[class_id] = len(found)
+        segments[final] = len(found)
+        found.append(class_id)
+    for segment_id, class_id in enumerate(found):
+        preds[..., 0][segments == segment_id] = class_id
+        preds[..., 1][segments == segment_id] = segment_id
+    return preds

@@ -2,17 +2,18 @@
 # training/mask_classification_semantic.py, lightning_module.py, main.py,
 # datasets/ade20k_semantic.py): 100 queries in the last 4 blocks, Mask2Former's loss on the 5
 # predictions (mmdet's pieces: Hungarian matching on 12544 points, class CE x2 with no-object
-# 0.1, mask BCE x5 and dice x5 on importance-sampled points), masked attention annealed per block
-# (EoMTMaskAnnealingHook), AdamW (weight decay 0.05 on every parameter) with layer-wise lr decay
-# over the trunk's blocks (EoMT.get_layer_depth: the official grouping) and the two-stage
-# warm-up + poly schedule (TwoStageWarmupPolyLR: the heads warm up first, then the trunk),
-# fp16 mixed precision, gradient clipping at norm 0.01, 16 images per step. Augmentation: scale
-# jitter 0.5-2 of 512 (keep ratio), 512 crop, flip, photometric distortion (the official set);
-# inference: the official evenly overlapping 512 windows along the long side of the image
-# resized to a 512 short side (test_cfg mode 'window').
-# A config sets: arch / trunk arguments (model.backbone), lr / layer_decay_rate, warm-up,
-# annealing steps and the iteration count.
-_base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+# 0.1, mask BCE x5 and dice x5 on importance-sampled points), EoMT's optimisation
+# (./eomt_schedule.py: AdamW with layer decay, two-stage warm-up + poly, mask annealing, fp16,
+# clipping), 16 images per step. Augmentation: scale jitter 0.5-2 of 512 (keep ratio), 512
+# crop, flip, photometric distortion (the official set); inference: the official evenly
+# overlapping 512 windows along the long side of the image resized to a 512 short side
+# (test_cfg mode 'window').
+# A config sets: arch / trunk arguments (model.backbone), lr / layer_decay_rate, and the
+# run's lengths: param_scheduler and custom_hooks from eomt_lr_schedule / eomt_mask_annealing
+# (./eomt_schedule.py; this file leaves them in _base_ for it), warm-up, annealing steps and
+# the iteration count.
+_base_ = ['mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
+          './eomt_schedule.py']
 custom_imports = dict(imports=['mmvit_ext', 'mmvit_ext.models.eomt_seg'],
                       allow_failed_imports=False)
 
@@ -50,12 +51,4 @@ train_dataloader = dict(batch_size=16, dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(batch_size=1, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-optim_wrapper = dict(
-    _delete_=True,
-    type='AmpOptimWrapper',  # float16 autocast with a dynamic loss scale on CUDA: '16-mixed'
-    optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8),
-    clip_grad=dict(max_norm=0.01, norm_type=2),
-    constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
-    # trunk=True marks the groups the two-stage schedule warms up second
-    paramwise_cfg=dict(layer_decay_rate=0.8,
-                       custom_keys={'backbone.encoder.': dict(lr_mult=1.0, trunk=True)}))
+optim_wrapper = _base_.pop('eomt_optim_wrapper')

@@ -5,13 +5,14 @@
 # 29564 / 44346 / 59128 / 73910 iterations, AdamW lr 1e-4 (weight decay 0.05 on every
 # parameter), layer decay 0.8 over the 24 blocks, warm-up 500 (heads) then 1000 (trunk)
 # iterations then poly 0.9, 12 epochs (7,391 iterations of 16 images each), fp16 AMP, gradient
-# clipping at 0.01; large-scale jitter 0.1-2 of 640 with a 640 crop and flip; the official
-# instance inference (top 100 query x class scores, mask-probability rescoring: mmdet's
-# MaskFormerFusionHead) on the image resized to a 640 long side.
+# clipping at 0.01 (../_base_/eomt_schedule.py); large-scale jitter 0.1-2 of 640 with a 640
+# crop and flip; the official instance inference (top 100 query x class scores,
+# mask-probability rescoring: mmdet's MaskFormerFusionHead) on the image resized to a 640 long
+# side.
 # Weights: as configs/mmseg/eomt_dinov2_l_512x512_ade20k.py, the timm DINOv2-L built with patch 16
 # (here at 640: vit_large_patch16_reg4_dinov2_640.pth); the published model (45.2 mAP,
 # pycocotools) is tue-mps/coco_instance_eomt_large_640 (docs/model_zoo.md).
-_base_ = 'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py'
+_base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py', '../_base_/eomt_schedule.py']
 custom_imports = dict(imports=['mmvit_ext', 'mmvit_ext.models.eomt_det'],
                       allow_failed_imports=False)
 
@@ -61,18 +62,10 @@ val_dataloader = dict(batch_size=1, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 iters = 12 * 7391
-optim_wrapper = dict(
-    _delete_=True,
-    type='AmpOptimWrapper',  # float16 autocast with a dynamic loss scale on CUDA: '16-mixed'
-    optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8),
-    clip_grad=dict(max_norm=0.01, norm_type=2),
-    constructor='mmvit_ext.LayerDecayOptimWrapperConstructor',
-    paramwise_cfg=dict(layer_decay_rate=0.8,
-                       custom_keys={'backbone.encoder.': dict(lr_mult=1.0, trunk=True)}))
-param_scheduler = [dict(type='mmvit_ext.TwoStageWarmupPolyLR', warmup_iters=(500, 1000),
-                        total_iters=iters, poly_power=0.9)]
+optim_wrapper = _base_.pop('eomt_optim_wrapper')
+param_scheduler = [dict(_base_.pop('eomt_lr_schedule'), total_iters=iters)]
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=iters,
                  val_interval=2 * 7391)
-custom_hooks = [dict(type='mmvit_ext.EoMTMaskAnnealingHook',
+custom_hooks = [dict(_base_.pop('eomt_mask_annealing'),
                      start_iters=[14782, 29564, 44346, 59128],
-                     end_iters=[29564, 44346, 59128, 73910], poly_power=0.9)]
+                     end_iters=[29564, 44346, 59128, 73910])]

@@ -20,8 +20,6 @@ model = dict(backbone=dict(
 
 iters = 31 * 1264
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters, val_interval=iters // 8)
-param_scheduler = [dict(type='mmvit_ext.TwoStageWarmupPolyLR', warmup_iters=(500, 1000),
-                        total_iters=iters, poly_power=0.9)]
-custom_hooks = [dict(type='mmvit_ext.EoMTMaskAnnealingHook',
-                     start_iters=[6520, 13040, 19560, 26080],
-                     end_iters=[13040, 19560, 26080, 32600], poly_power=0.9)]
+param_scheduler = [dict(_base_.pop('eomt_lr_schedule'), total_iters=iters)]
+custom_hooks = [dict(_base_.pop('eomt_mask_annealing'), start_iters=[6520, 13040, 19560, 26080],
+                     end_iters=[13040, 19560, 26080, 32600])]

@@ -18,8 +18,7 @@ model = dict(backbone=dict(
 optim_wrapper = dict(optimizer=dict(lr=2e-4), paramwise_cfg=dict(layer_decay_rate=1.0))
 iters = 16 * 1264
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters, val_interval=iters // 8)
-param_scheduler = [dict(type='mmvit_ext.TwoStageWarmupPolyLR', warmup_iters=(2000, 3000),
-                        total_iters=iters, poly_power=0.9)]
-custom_hooks = [dict(type='mmvit_ext.EoMTMaskAnnealingHook',
-                     start_iters=[0, 6520, 9780, 13040],
-                     end_iters=[3000, 9780, 13040, 16300], poly_power=0.9)]
+param_scheduler = [dict(_base_.pop('eomt_lr_schedule'), warmup_iters=(2000, 3000),
+                        total_iters=iters)]
+custom_hooks = [dict(_base_.pop('eomt_mask_annealing'), start_iters=[0, 6520, 9780, 13040],
+                     end_iters=[3000, 9780, 13040, 16300])]
