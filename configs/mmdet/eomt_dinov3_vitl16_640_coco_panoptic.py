@@ -12,6 +12,9 @@ _base_ = './eomt_dinov2_l_640_coco_panoptic.py'
 
 model = dict(backbone=dict(
     arch='dinov3_vitl16', decay_query_blocks=False,
+    # the official trunk is transformers' DINOv3ViTModel (pos_embed_rescale 2.0): in training
+    # RoPE coordinates rescaled by a log-uniform factor in [1/2, 2], one draw per forward
+    rope=dict(rescale_coords=2.0),
     init_cfg=dict(checkpoint='checkpoints/dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth')))
 optim_wrapper = dict(optimizer=dict(lr=2e-4))
 param_scheduler = [dict(_base_.param_scheduler[0], warmup_iters=(2000, 3000))]

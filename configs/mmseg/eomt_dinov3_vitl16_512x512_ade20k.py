@@ -12,6 +12,9 @@ _base_ = '../_base_/eomt_ade20k_512.py'
 
 model = dict(backbone=dict(
     arch='dinov3_vitl16',
+    # the official trunk is transformers' DINOv3ViTModel (pos_embed_rescale 2.0): in training
+    # RoPE coordinates rescaled by a log-uniform factor in [1/2, 2], one draw per forward
+    rope=dict(rescale_coords=2.0),
     init_cfg=dict(type='Pretrained',
                   checkpoint='checkpoints/dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth')))
 
