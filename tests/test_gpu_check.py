@@ -54,8 +54,10 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
                                               'detector', 'detector', 'ladder', 'bench']
     assert 'PROBE cpu: 4 ops ok' in table
     # the attention-kernel table of docs/speed.md, measured again in its own process
-    assert re.search(r'SUMMARY attention kernels cpu: 102 runs, seen explicit, flash, grid_sample; '
-                     r'math fallback: none; float32 under autocast: DINOv3 M2F pixel decoder', table)
+    assert ('SUMMARY attention kernels cpu: 102 runs, seen explicit, flash, grid_sample; math '
+            'fallback: none; float32 under autocast: DINOv3 M2F pixel decoder (mmcv), DINOv3 '
+            'adapter extractor (deformable), ViT-Adapter extractor (deformable), ViT-Adapter '
+            'injector (deformable); raised: none') in table
     for dtype in ('fp32', 'bf16', 'fp16'):  # a family may fail only where a plain op does
         ok, platform = re.search(rf'CONTRACT cpu {dtype}: (\d+) families ok(?:; limited by the '
                                  r'platform \(plain ops wrong\): \[(.*?)\])?', table).groups()
