@@ -193,7 +193,8 @@ class MSDeformAttn(nn.Module):
 
     def runs(self) -> str:
         """What an eager call on the module's device runs, and in which dtype, whatever the
-        autocast dtype: ``'pytorch grid_sample (float32)'`` or ``'mmcv (float32)'``."""
+        autocast dtype: ``'pytorch grid_sample (float32)'``, or the kernel's name where the
+        kernel runs on that device."""
         device = self.value_proj.weight.device.type
         path = self.kernel.name if self.kernel and device in self.kernel.devices else \
             'pytorch grid_sample'
