@@ -5,9 +5,9 @@ mmcv 2.x builds it for CUDA only (no CPU kernel, its ``_ext`` refuses CPU tensor
 float64 and float16 (mmcv 2.1 ``ms_deform_attn_cuda.cu``: ``AT_DISPATCH_FLOATING_TYPES_AND_HALF``;
 no bfloat16, open-mmlab/mmcv#2878). We declare float32 and float64 only: the float16
 instantiation accumulates the value gradient with float16 ``atomicAdd``, and the locations would
-lose their sub-pixel precision; the layer casts other dtypes at the boundary (the dtype the portable path
-computes in) and runs the portable ``grid_sample`` path on every other device, in export and
-under ``torch.compile``.
+lose their sub-pixel precision; the layer casts other dtypes at the boundary (the dtype the
+portable path computes in) and runs the portable ``grid_sample`` path on every other device, in
+export and under ``torch.compile``.
 """
 import functools
 import os
