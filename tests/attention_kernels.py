@@ -1,12 +1,16 @@
 """Which kernel each attention call site runs on the CPU, measured: every site's attention module
 of a tiny model, in inference and in training (forward + backward), in float32 and under
-bfloat16 / float16 autocast, with the profiler's op names (which SDPA backend ran) and a dispatch
-mode's operand dtypes (of the fused kernel, or of each ``bmm`` of an explicit or math product)
+bfloat16 / float16 autocast, with the profiler's op names (which SDPA backend ran; for the
+deformable attentions ``grid_sampler_2d`` or mmcv's ``MultiScaleDeformableAttnFunction``) and a
+dispatch mode's operand dtypes (of the fused kernel, of each ``bmm`` of an explicit or math
+product, of each ``grid_sampler_2d``; mmcv's CUDA kernel from its kernel names' template type)
 as evidence. ``python tests/attention_kernels.py`` prints the table docs/speed.md holds;
-``--device cuda`` prints the same table on a GPU (flash, mem-efficient or cudnn seen)."""
+``--device cuda`` prints the same table on a GPU (flash, mem-efficient, cudnn or mmcv seen; the
+GPU check's ``kernels`` step), a call that raises as ``error (...)``."""
 import argparse
 import contextlib
 import functools
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -17,13 +21,16 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backbone_cases import TINY_DINOV3  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / 'tests')]
+from backbone_cases import CASES, TINY_DINOV3  # noqa: E402
 
 from mmvit_ext.backbones import (CaiT, DeepViT, PyramidVisionTransformerV2,  # noqa: E402
                                  RefinedViT, SwinTransformer, VisionTransformer)
 from mmvit_ext.backbones.cait import ClassAttention  # noqa: E402
-from mmvit_ext.layers import AttentionBase  # noqa: E402
+from mmvit_ext.backbones.dinov3_adapter import DINOv3Adapter  # noqa: E402
+from mmvit_ext.backbones.vit_adapter import ViTAdapter  # noqa: E402
+from mmvit_ext.layers import AttentionBase, MSDeformAttn  # noqa: E402
 
 FLASH = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
@@ -31,9 +38,15 @@ MATH = 'aten::_scaled_dot_product_attention_math'
 FUSED_OPS = {FLASH: 'flash', 'aten::_scaled_dot_product_flash_attention': 'flash',
              'aten::_scaled_dot_product_efficient_attention': 'mem-efficient',
              'aten::_scaled_dot_product_cudnn_attention': 'cudnn'}
-# the aten ops of an attention product: the fused kernels (forward, backward), matmuls
-PRODUCT_OPS = tuple(name[len('aten::'):] + tail for name in FUSED_OPS
+# profiler op name -> the deformable attention's implementation (mmcv's is an autograd Function)
+DEFORM_OPS = {'aten::grid_sampler_2d': 'grid_sample', 'MultiScaleDeformableAttnFunction': 'mmcv'}
+# the aten ops of an attention product: the fused kernels (forward, backward), matmuls, sampling
+PRODUCT_OPS = tuple(name[len('aten::'):] + tail for name in (*FUSED_OPS, 'aten::grid_sampler_2d')
                     for tail in ('', '_backward')) + ('bmm',)
+# mmcv's CUDA kernels (no aten op): ms_deformable_im2col_gpu_kernel<float>(...) -> float
+MMCV_KERNEL = re.compile(r'ms_deformable_(?:im2col|col2im)\w*<([\w:]+)')
+MMCV_TYPES = {'float': torch.float32, 'double': torch.float64, 'c10::Half': torch.float16,
+              '__half': torch.float16}
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 MODES = ('inference', 'training')
 SIZE = 64
@@ -85,10 +98,43 @@ SITES: Dict[str, Tuple[Callable[[], nn.Module], Callable[[nn.Module], nn.Module]
         _nth(AttentionBase, 1)),
 }
 
+M2F_CONFIG = ROOT / 'configs/mmseg/mask2former_dinov3_vitb16_adapter_512x512_160k_ade20k.py'
+
+
+def _dinov3_m2f() -> nn.Module:
+    """The tiny DINOv3 adapter and, on its maps, the shipped M2F head's pixel decoder (mmdet's
+    ``MSDeformAttnPixelDecoder``, its attention mmcv's ``MultiScaleDeformableAttention``)."""
+    from mmengine.config import Config, ConfigDict
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    head = Config.fromfile(str(M2F_CONFIG)).model.decode_head
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        head = MODELS.build(ConfigDict(head, in_channels=[32] * 4, hidden_dims=32, num_classes=2,
+                                       loss_cls=ConfigDict(head.loss_cls, class_weight=[1.0] * 3)))
+    return nn.Sequential(DINOv3Adapter(**CASES['DINOv3Adapter'][0]), head.pixel_decoder)
+
+
+def _mmcv_attention(model: nn.Module) -> nn.Module:
+    from mmcv.ops import MultiScaleDeformableAttention
+    return _nth(MultiScaleDeformableAttention)(model)
+
+
+# the deformable attentions: call site -> (tiny model, its attention module of that site)
+DEFORM_SITES: Dict[str, Tuple[Callable[[], nn.Module], Callable[[nn.Module], nn.Module]]] = {
+    'ViT-Adapter injector (deformable)': (lambda: ViTAdapter(**CASES['ViTAdapter'][-1]),
+                                          _nth(MSDeformAttn, 0)),
+    'ViT-Adapter extractor (deformable)': (lambda: ViTAdapter(**CASES['ViTAdapter'][-1]),
+                                           _nth(MSDeformAttn, 1)),
+    'DINOv3 adapter extractor (deformable)': (
+        lambda: DINOv3Adapter(**CASES['DINOv3Adapter'][0]), _nth(MSDeformAttn, 0)),
+    'DINOv3 M2F pixel decoder (mmcv)': (_dinov3_m2f, _mmcv_attention),
+}
+
 
 class Run(NamedTuple):
     """What one call ran: the SDPA backend seen (``flash``, ``math``, or ``explicit`` where
-    no SDPA ran) and the dtypes of the attention products' operands."""
+    no SDPA ran; ``grid_sample`` or ``mmcv`` for a deformable attention; ``error (...)`` where
+    the call raised) and the dtypes of the attention products' operands."""
     kernel: str
     product_dtypes: Tuple[str, ...]
 
@@ -118,7 +164,7 @@ def _autocast(dtype: torch.dtype, device: str):
 def _site(name: str) -> Tuple[nn.Module, tuple, dict]:
     """The site's attention module and the arguments the model's forward gave it."""
     torch.manual_seed(0)
-    build, pick = SITES[name]
+    build, pick = {**SITES, **DEFORM_SITES}[name]
     model = build().eval()
     module, seen = pick(model), []
     handle = module.register_forward_pre_hook(
@@ -145,30 +191,46 @@ def _measure(name: str, mode: str, dtype: str, device: str) -> Run:
     args = tuple(a.to(device).requires_grad_(training)
                  if torch.is_tensor(a) and a.is_floating_point() else
                  a.to(device) if torch.is_tensor(a) else a for a in args)
+    kwargs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in kwargs.items()}
     recorder = ProductDtypes()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
-            with torch.set_grad_enabled(training), _autocast(DTYPES[dtype], device):
-                out = module(*args, **kwargs)
-                out = out[0] if isinstance(out, tuple) else out
-            if training:
-                out.float().sum().backward()
+        with profile(activities=activities) as prof, recorder:
+            try:
+                with torch.set_grad_enabled(training), _autocast(DTYPES[dtype], device):
+                    out = module(*args, **kwargs)
+                    out = out[0] if isinstance(out, tuple) else out
+                if training:
+                    out.float().sum().backward()
+            except (RuntimeError, NotImplementedError) as error:  # e.g. no kernel for a dtype
+                raised = type(error).__name__
+            else:
+                raised = None
     module.zero_grad(set_to_none=True)
     module.cpu()
-    names = {event.name for event in prof.events()}
-    fused = sorted({FUSED_OPS[n] for n in names if n in FUSED_OPS})
-    kernel = '+'.join(fused) if fused else 'math' if MATH in names else 'explicit'
-    short = sorted(str(d).replace('torch.', '').replace('bfloat16', 'bf16')
-                   .replace('float16', 'fp16').replace('float32', 'fp32')
-                   for d in recorder.dtypes)
-    return Run(kernel, tuple(short))
+    if raised:
+        return Run(f'error ({raised})', ())
+    events = prof.events()  # CPU ops; on CUDA also each op's kernels
+    names = {event.name for event in events} | {kernel.name for event in events
+                                                 for kernel in getattr(event, 'kernels', ())}
+    seen = sorted({ops[n] for ops in (FUSED_OPS, DEFORM_OPS) for n in names if n in ops})
+    kernel = '+'.join(seen) if seen else 'math' if MATH in names else 'explicit'
+    dtypes = recorder.dtypes | {MMCV_TYPES.get(match.group(1), match.group(1)) for name in names
+                                for match in [MMCV_KERNEL.search(name)] if match}
+    return Run(kernel, tuple(sorted(short_dtype(d) for d in dtypes)))
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``'bf16'`` (fp16, fp32 alike; others as torch names them)."""
+    return {torch.bfloat16: 'bf16', torch.float16: 'fp16', torch.float32: 'fp32'}.get(
+        dtype, str(dtype).replace('torch.', ''))
 
 
 def table_rows(device: str = 'cpu') -> List[List[str]]:
     """[site, then one cell per dtype x mode]."""
     return [[name] + [measure(name, mode, dtype, device).cell() for dtype in DTYPES
-                      for mode in MODES] for name in SITES]
+                      for mode in MODES] for name in (*SITES, *DEFORM_SITES)]
 
 
 def markdown_table(device: str = 'cpu') -> str:
@@ -179,7 +241,26 @@ def markdown_table(device: str = 'cpu') -> str:
     return '\n'.join(lines)
 
 
+def summary_line(device: str = 'cpu') -> str:
+    """The table in one line (the GPU check's summary): the kernels seen, and the sites that
+    run the math fallback, compute in float32 under bf16 / fp16 autocast, or raise."""
+    runs = {(name, dtype, mode): measure(name, mode, dtype, device)
+            for name in (*SITES, *DEFORM_SITES) for dtype in DTYPES for mode in MODES}
+
+    def where(test: Callable[[str, Run], bool]) -> str:
+        return ', '.join(sorted({name for (name, dtype, _), run in runs.items()
+                                 if test(dtype, run)})) or 'none'
+
+    kernels = ', '.join(sorted({run.kernel for run in runs.values()}))
+    math = where(lambda dtype, run: run.kernel == 'math')
+    wide = where(lambda dtype, run: dtype != 'fp32' and 'fp32' in run.product_dtypes)
+    raised = where(lambda dtype, run: run.kernel.startswith('error'))
+    return (f'SUMMARY attention kernels {device}: {len(runs)} runs, seen {kernels}; math '
+            f'fallback: {math}; float32 under autocast: {wide}; raised: {raised}')
+
+
 if __name__ == '__main__':
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', default='cpu', help='cpu (the docs/speed.md table) or cuda')
-    print(markdown_table(parser.parse_args().device))
+    device = parser.parse_args().device
+    print(markdown_table(device), '', summary_line(device), sep='\n')

@@ -2,7 +2,8 @@
 never computes its attention product in float32 under bfloat16 / float16 autocast: measured on
 the CPU (profiler op names and dispatched dtypes, :mod:`attention_kernels`) for every site x
 inference / training x fp32 / bf16 / fp16; the table of :mod:`mmvit_ext.layers.sdpa_kernels`
-agrees with what SDPA itself picks; docs/speed.md holds the measured table."""
+agrees with what SDPA itself picks; the deformable attentions sample with ``grid_sample`` in
+float32, as our module's repr says; docs/speed.md holds the measured table."""
 import itertools
 import warnings
 from pathlib import Path
@@ -12,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from attention_kernels import (DTYPES, FLASH, MATH, MODES, SITES, _site, markdown_table,
-                               measure)
-from mmvit_ext.layers import fused_sdpa_kernel
+from attention_kernels import (DEFORM_SITES, DTYPES, FLASH, MATH, MODES, SITES, Run, _site,
+                               markdown_table, measure, short_dtype)
+from mmvit_ext.layers import MSDeformAttn, fused_sdpa_kernel
 from mmvit_ext.layers.sdpa_kernels import FIXED, LEARNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,19 @@ def test_repr_names_the_kernel_that_runs(name):
     expected = paths['inference'] if len(set(paths.values())) == 1 else \
         f"{paths['inference']} in inference; {paths['training']} in training"
     assert module.extra_repr().endswith(f'fused: {expected}')
+
+
+@pytest.mark.parametrize('name', list(DEFORM_SITES))
+def test_deformable_attention_samples_in_float32_as_the_repr_says(name):
+    """mmcv's kernel is CUDA-only: on the CPU every deformable attention (ours, and mmcv's
+    module in mmdet's pixel decoder) samples with ``grid_sample``, in float32 under every
+    autocast dtype; ours names that path and dtype in its repr."""
+    module = _site(name)[0]
+    runs = {measure(name, mode, dtype) for dtype in DTYPES for mode in MODES}
+    assert runs == {Run('grid_sample', ('fp32',))}, runs
+    if isinstance(module, MSDeformAttn):
+        assert short_dtype(module.sampling_dtype()) == 'fp32'
+        assert module.extra_repr().endswith('deform: pytorch grid_sample (float32)')
 
 
 def test_speed_doc_holds_the_measured_table():

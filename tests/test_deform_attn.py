@@ -154,8 +154,14 @@ def test_kernel_is_chosen_at_build_shown_in_repr_and_run(monkeypatch):
     module = _module(monkeypatch, fake.kernel)
     portable = _module(monkeypatch, None, 'MMVIT_EXT_KERNELS=portable')
     portable.load_state_dict(module.state_dict())
-    assert 'kernel=fake (cpu; pytorch elsewhere)' in repr(module)
-    assert 'kernel=pytorch (MMVIT_EXT_KERNELS=portable)' in repr(portable)
+    assert 'kernel=fake (cpu; pytorch elsewhere), deform: fake (float32)' in repr(module)
+    assert ('kernel=pytorch (MMVIT_EXT_KERNELS=portable), deform: pytorch grid_sample (float32)'
+            in repr(portable))
+    # what runs on the module's device, in the dtype the sampling takes (float64 stays)
+    cuda_only = _module(monkeypatch, FakeKernel(devices=('cuda',)).kernel)
+    assert cuda_only.runs() == 'pytorch grid_sample (float32)'
+    assert (_module(monkeypatch, fake.kernel).double().runs(),
+            _module(monkeypatch, fake.kernel).half().runs()) == ('fake (float64)', 'fake (float32)')
     query, ref, feat = _module_inputs()
     out = module(query, ref, feat, SHAPES)
     assert len(fake.calls) == 1

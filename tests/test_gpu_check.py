@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / 'tools' / 'dev'))
 import gpu_check  # noqa: E402
 import gpu_check_steps  # noqa: E402
 
-STEPS = ['probe', 'contract', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector', 'segmenter',
-         'ladder', 'compiled']
+STEPS = ['probe', 'contract', 'kernels', 'amp-train', 'ddp', 'fsdp', 'bench', 'detector',
+         'segmenter', 'ladder', 'compiled']
 
 
 def _run(*args, env=None, timeout=2400):
@@ -50,9 +50,15 @@ def test_gpu_check_runs_every_step_on_cpu(tmp_path):
     rows = [line.split(' | ')[0][2:] for line in table.splitlines() if line.startswith('| ')
             and line.split(' | ')[1:2] == ['ok']]
     assert [r.split(' ')[0] for r in rows] == ['probe', 'contract', 'contract', 'contract',
-                                              'amp-train', 'ddp', 'fsdp', 'bench', 'detector',
-                                              'detector', 'segmenter', 'ladder', 'bench']
+                                              'attention', 'amp-train', 'ddp', 'fsdp', 'bench',
+                                              'detector', 'detector', 'segmenter', 'ladder',
+                                              'bench']
     assert 'PROBE cpu: 4 ops ok' in table
+    # the attention-kernel table of docs/speed.md, measured again in its own process
+    assert ('SUMMARY attention kernels cpu: 102 runs, seen explicit, flash, grid_sample; math '
+            'fallback: none; float32 under autocast: DINOv3 M2F pixel decoder (mmcv), DINOv3 '
+            'adapter extractor (deformable), ViT-Adapter extractor (deformable), ViT-Adapter '
+            'injector (deformable); raised: none') in table
     for dtype in ('fp32', 'bf16', 'fp16'):  # a family may fail only where a plain op does
         ok, platform = re.search(rf'CONTRACT cpu {dtype}: (\d+) families ok(?:; limited by the '
                                  r'platform \(plain ops wrong\): \[(.*?)\])?', table).groups()
@@ -170,20 +176,21 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     cpu = gpu_check_steps.Check('cpu', 'py', tmp_path / 'check.md', 'all')
     rows = [row for step in gpu_check_steps.STEPS.values() for row in step.rows(cpu)]
     assert [row.name for row in rows] == [
-        'probe ops', 'contract fp32', 'contract bf16', 'contract fp16',
+        'probe ops', 'contract fp32', 'contract bf16', 'contract fp16', 'attention kernels',
         'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
         'fsdp 1 process bf16 params Mask R-CNN PVTv2-b2', 'bench bf16 pvtv2:b0 b1 64x64',
         'detector Mask R-CNN Swin-T b1 64x64', 'detector Mask R-CNN PVTv2-b2 b1 64x64',
         'ladder Swin-T 96x128', 'bench compiled pvtv2:b0 b1 64x64']
-    assert rows[0].log_name == 'probe_ops.log' and rows[7].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
-    ddp = rows[5]
+    assert rows[0].log_name == 'probe_ops.log' and rows[8].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
+    assert rows[4].argv == ('py', 'tests/attention_kernels.py', '--device', 'cpu')
+    ddp = rows[6]
     assert ddp.argv[:8] == ('py', '-m', 'torch.distributed.run', '--nproc_per_node', '1',
                             '--master_port', '29561', 'tools/train.py')
     assert ddp.work == tmp_path / 'logs' / 'work_ddp' and 'randomness.deterministic=True' in ddp.argv
     assert 'train_dataloader.dataset.pipeline.2.scale=(64,64)' in ddp.argv
     # the CPU variant: fewer RoIs a training step, one step a ladder row; every row still runs
-    assert all('model.train_cfg.rcnn.sampler.num=16' in row.argv for row in rows[4:7])
-    ladder = rows[10].argv
+    assert all('model.train_cfg.rcnn.sampler.num=16' in row.argv for row in rows[5:8])
+    ladder = rows[11].argv
     assert ladder[ladder.index('--repeat') + 1] == '0'
     monkeypatch.setenv('BENCH_BATCH', '4')
     cuda = gpu_check_steps.Check('cuda', 'py', tmp_path / 'check.md', 'all')

@@ -161,8 +161,9 @@ class MSDeformAttn(nn.Module):
             (:func:`multi_scale_deformable_attention`).
 
     The compiled kernel is looked up when the module is built (``kernel`` attribute; ``None``
-    with the reason in ``kernel_note``) and shown in its repr; ``MMVIT_EXT_KERNELS=portable``
-    builds it without one.
+    with the reason in ``kernel_note``) and shown in its repr, with what an eager call on the
+    module's device runs (``deform: pytorch grid_sample (float32)``, :meth:`runs`);
+    ``MMVIT_EXT_KERNELS=portable`` builds it without one.
     """
 
     # read by mmvit_ext.engine.determinism: a deterministic CUDA run is refused before it starts
@@ -188,7 +189,24 @@ class MSDeformAttn(nn.Module):
     def extra_repr(self) -> str:
         kernel = self.kernel.describe() if self.kernel else f'pytorch ({self.kernel_note})'
         return (f'levels={self.num_levels}, heads={self.num_heads}, points={self.num_points}, '
-                f'recompute={self.recompute}, kernel={kernel}')
+                f'recompute={self.recompute}, kernel={kernel}, deform: {self.runs()}')
+
+    def runs(self) -> str:
+        """What an eager call on the module's device runs, and in which dtype, whatever the
+        autocast dtype: ``'pytorch grid_sample (float32)'``, or the kernel's name where the
+        kernel runs on that device."""
+        device = self.value_proj.weight.device.type
+        path = self.kernel.name if self.kernel and device in self.kernel.devices else \
+            'pytorch grid_sample'
+        return f'{path} ({str(self.sampling_dtype())[6:]})'
+
+    def sampling_dtype(self) -> torch.dtype:
+        """The dtype the sampling and weighting run in: the wider of the values' and the
+        locations' dtypes (:func:`multi_scale_deformable_attention`), the locations being
+        float32 (float32 reference points plus offsets), so float32 under bf16 / fp16 autocast
+        and in a ``.half()`` model; float64 in a float64 one. The kernel computes in the same
+        dtype."""
+        return torch.promote_types(self.value_proj.weight.dtype, torch.float32)
 
     def reset_parameters(self) -> None:
         """Deformable DETR's init: zero offset weights, biases on a ring of directions (one per

@@ -1,9 +1,13 @@
 """mmcv's compiled multi-scale deformable attention, as a kernel of
 :func:`mmvit_ext.layers.deform_attn.multi_scale_deformable_attention`.
 
-mmcv 2.x builds it for CUDA only (``AT_DISPATCH_FLOATING_TYPES``: float32 and float64; no CPU
-kernel, its ``_ext`` refuses CPU tensors); the layer casts other dtypes at the boundary and runs
-the portable ``grid_sample`` path on every other device, in export and under ``torch.compile``.
+mmcv 2.x builds it for CUDA only (no CPU kernel, its ``_ext`` refuses CPU tensors), for float32,
+float64 and float16 (mmcv 2.1 ``ms_deform_attn_cuda.cu``: ``AT_DISPATCH_FLOATING_TYPES_AND_HALF``;
+no bfloat16, open-mmlab/mmcv#2878). We declare float32 and float64 only: the float16
+instantiation accumulates the value gradient with float16 ``atomicAdd``, and the locations would
+lose their sub-pixel precision; the layer casts other dtypes at the boundary (the dtype the
+portable path computes in) and runs the portable ``grid_sample`` path on every other device, in
+export and under ``torch.compile``.
 """
 import functools
 import os

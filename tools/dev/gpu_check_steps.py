@@ -170,6 +170,11 @@ def contract_rows(check: Check) -> List[Row]:
             for dtype in ('fp32', 'bf16', 'fp16')]
 
 
+def kernel_rows(check: Check) -> List[Row]:
+    return [Row('attention kernels', (check.python, 'tests/attention_kernels.py', '--device',
+                                      check.device))]
+
+
 def amp_train_rows(check: Check) -> List[Row]:
     return [train_row(check, f'amp-train {dtype} Mask R-CNN PVTv2-b2', f'amp_{dtype}', [check.python],
                       ['--amp'], [f'optim_wrapper.dtype={dtype}'])
@@ -241,6 +246,9 @@ STEPS: Dict[str, Step] = {
                   probe_rows),
     'contract': Step('the backbone contract on the device, fp32 / bf16 / fp16 (tools/analysis/device_check.py)',
                      contract_rows),
+    'kernels': Step('the kernel of each attention call site (SDPA backend, explicit, grid_sample or '
+                    'mmcv), fp32 / bf16 / fp16, inference and training (tests/attention_kernels.py)',
+                    kernel_rows),
     'amp-train': Step('Mask R-CNN PVTv2-b2, 2 iterations through tools/train.py --amp, bf16 and fp16',
                       amp_train_rows),
     'ddp': Step('the same through torch.distributed.run (1 process) and mmengine\'s DDP wrapper',
