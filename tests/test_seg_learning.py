@@ -95,22 +95,30 @@ def test_training_beats_untrained_miou(tmp_path):
     assert trained >= untrained + 20.0
 
 
-EOMT_ITERS = 100
+EOMT_ITERS = 60
 
 
 def test_eomt_training_beats_untrained_miou(tmp_path):
     """EoMT (configs/demo/eomt_vit_t6_ade_demo.py): the official loss, masked attention
     annealed with the demo's spacing over the shortened run (0 after its last iteration, so
-    the checkpoint evaluates the plain pass, as the untrained model does). Calibration: below."""
+    the checkpoint evaluates the plain pass, as the untrained model does).
+
+    Calibration on the 2-core CPU (2026-11-29), seed 0: the untrained model scores mIoU 1.5;
+    trained 60 iterations 50.4 (100 iterations: 67.5); the loss falls from 42.7 to 23.9 (0.56 of
+    its first value). The bars, mIoU >= 25 and >= untrained + 20, sit 25 points under the
+    trained run and over ten times above the untrained model. Took 240 s while other jobs held
+    the cores (load average 4-7), the 100-iteration run 656 s."""
     starts = [EOMT_ITERS * i // 4 for i in (1, 2, 3)]
     ends = [EOMT_ITERS * i // 4 for i in (2, 3, 4)]
     annealing = (f"custom_hooks = [dict(type='mmvit_ext.EoMTMaskAnnealingHook', "
                  f"start_iters={starts}, end_iters={ends}, poly_power=0.9)]")
     untrained, trained, losses = _train_and_evaluate(tmp_path, 'eomt_vit_t6_ade_demo.py',
                                                      EOMT_ITERS, annealing)
-    checkpoint = torch.load(tmp_path / 'work' / f'iter_{EOMT_ITERS}.pth', map_location='cpu',
-                            weights_only=True)
+    from mmvit_ext.utils.safe_checkpoint import trusted_training_state
+    with trusted_training_state():  # mmengine's training state beside the weights
+        checkpoint = torch.load(tmp_path / 'work' / f'iter_{EOMT_ITERS}.pth',
+                                map_location='cpu', weights_only=True)
     assert checkpoint['state_dict']['backbone.attn_mask_probs'].tolist() == [0.0, 0.0, 0.0]
-    assert losses[-1] < 0.6 * losses[0]
-    assert trained >= 30.0
+    assert losses[-1] < 0.7 * losses[0]
+    assert trained >= 25.0
     assert trained >= untrained + 20.0
