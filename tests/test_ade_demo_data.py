@@ -177,7 +177,8 @@ def test_new_tools_have_help_with_an_example():
 
 def test_prechecks_of_the_demo_config():
     """tools/train.py's channel pre-check compares the backbone with the module reading it: the
-    FPN neck here (the decode head reads the neck), the decode head in UperNet (no neck)."""
+    FPN neck here (the decode head reads the neck), the decode head in UperNet (no neck), none
+    in EoMT."""
     from mmengine.config import Config
     from mmvit_ext.utils.config_checks import neck_channel_mismatch
     cfg = Config.fromfile(str(ROOT / 'configs/demo/fpn_pvtv2_b0_ade_demo.py'))
@@ -191,3 +192,6 @@ def test_prechecks_of_the_demo_config():
     upernet.model.decode_head.in_channels = [32, 64, 160, 256]
     (problem,) = neck_channel_mismatch(upernet)
     assert 'use in_channels=[96, 192, 384, 768]' in problem
+    # EoMT's head reads the network's predictions, no channel list: nothing to compare
+    eomt = Config.fromfile(str(ROOT / 'configs/demo/eomt_vit_t6_ade_demo.py'))
+    assert 'in_channels' not in eomt.model.decode_head and neck_channel_mismatch(eomt) == []

@@ -90,7 +90,7 @@ def main() -> None:
         truth = np.where(raw == 0, 255, raw.astype(np.int64) - 1)  # reduce_zero_label
         rows.append((np.asarray(Image.open(path).convert('RGB')), truth, pred))
     out = draw(rows, classes, palette, work_dir / 'predictions.png',
-               f'Semantic FPN + PVTv2-b0, demo val split: mIoU {metrics["mIoU"]:.1f}')
+               f'{Path(args.config).stem}, demo val split: mIoU {metrics["mIoU"]:.1f}')
     print(f'\n[seg demo] mIoU {metrics["mIoU"]:.2f}  aAcc {metrics["aAcc"]:.2f}  '
           f'mAcc {metrics["mAcc"]:.2f}  (val split, {len(classes)} classes)')
     print(f'metrics: {work_dir / "metrics.json"}\npredictions: {out}')

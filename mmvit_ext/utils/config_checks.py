@@ -94,17 +94,18 @@ def neck_channel_mismatch(cfg: Config) -> List[str]:
     cls = MODELS.get(backbone['type'].split('.', 1)[1])
     if cls is None:
         return [f'model.backbone.type: {backbone["type"]!r} is not registered in mmvit_ext']
+    # the module reading the backbone: the neck, or without one the decode head (UperNet); none
+    # reads a channel list in EoMT (its head takes the network's predictions)
+    name = 'neck' if isinstance(model.get('neck'), dict) else 'decode_head'
+    head = model.get(name)
+    given = head.get('in_channels') if isinstance(head, dict) else None
+    if not isinstance(given, (list, tuple)):
+        return []
     channels = list(cls(**settings).out_channels)
-    problems = []
-    # the module reading the backbone: the neck, or without one the decode head (UperNet)
-    for name in ('neck',) if isinstance(model.get('neck'), dict) else ('decode_head',):
-        head = model.get(name)
-        if isinstance(head, dict) and 'in_channels' in head:
-            given = head['in_channels']
-            if isinstance(given, (list, tuple)) and list(given) != channels:
-                problems.append(f'model.{name}.in_channels={list(given)} does not match the '
-                                f'backbone outputs; use in_channels={channels}')
-    return problems
+    if list(given) == channels:
+        return []
+    return [f'model.{name}.in_channels={list(given)} does not match the backbone outputs; '
+            f'use in_channels={channels}']
 
 
 def load_run_config(config: str, cfg_options: Optional[dict], launcher: str,
