@@ -180,7 +180,8 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
         'amp-train bfloat16 Mask R-CNN PVTv2-b2', 'ddp 1 process Mask R-CNN PVTv2-b2',
         'fsdp 1 process bf16 params Mask R-CNN PVTv2-b2', 'bench bf16 pvtv2:b0 b1 64x64',
         'detector Mask R-CNN Swin-T b1 64x64', 'detector Mask R-CNN PVTv2-b2 b1 64x64',
-        'ladder Swin-T 96x128', 'bench compiled pvtv2:b0 b1 64x64']
+        'segmenter EoMT-S vs adapter-S + M2F inference fp32 b1 64x64', 'ladder Swin-T 96x128',
+        'bench compiled pvtv2:b0 b1 64x64']
     assert rows[0].log_name == 'probe_ops.log' and rows[8].log_name == 'bench_bf16_pvtv2_b0_b1_64x64.log'
     assert rows[4].argv == ('py', 'tests/attention_kernels.py', '--device', 'cpu')
     ddp = rows[6]
@@ -190,7 +191,10 @@ def test_rows_of_the_cpu_and_cuda_variants(tmp_path, monkeypatch):
     assert 'train_dataloader.dataset.pipeline.2.scale=(64,64)' in ddp.argv
     # the CPU variant: fewer RoIs a training step, one step a ladder row; every row still runs
     assert all('model.train_cfg.rcnn.sampler.num=16' in row.argv for row in rows[5:8])
-    ladder = rows[11].argv
+    segmenter = rows[11].argv
+    assert segmenter[segmenter.index('--against-options') + 1:][-1] == \
+        'model.decode_head.hidden_dims=256' and '--eval' in segmenter
+    ladder = rows[12].argv
     assert ladder[ladder.index('--repeat') + 1] == '0'
     monkeypatch.setenv('BENCH_BATCH', '4')
     cuda = gpu_check_steps.Check('cuda', 'py', tmp_path / 'check.md', 'all')
