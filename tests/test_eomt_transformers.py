@@ -1,8 +1,8 @@
 """Our EoMT against transformers' own (``EomtForUniversalSegmentation``, DINOv2 form;
 ``EomtDinov3ForUniversalSegmentation``, DINOv3 form) with the same weights, loaded through our
 transformers converter: the newest stack (transformers 5.24) has both; the pinned 4.46 neither,
-where this module is skipped with that reason. Ours is checked against the official semantics in
-test_eomt.py; here transformers' model is the peer ``benchmark.py --compare`` times."""
+where each test checks instead that the peer is refused with that reason. Ours is checked
+against the official semantics in test_eomt.py; here transformers' model is the peer ``benchmark.py --compare`` times."""
 import pytest
 import torch
 
@@ -11,12 +11,19 @@ from mmvit_ext.backbones.dinov3 import _dinov3
 from mmvit_ext.models import EoMT
 from mmvit_ext.models.eomt_peers import TransformersEoMT, transformers_eomt
 
-transformers = pytest.importorskip('transformers')
-if not hasattr(transformers, 'EomtDinov3ForUniversalSegmentation'):
-    pytest.skip(f'transformers {transformers.__version__} has no EoMT (the newest stack has)',
-                allow_module_level=True)
+import transformers  # noqa: E402  (test-only dependency of every stack)
+
+HAS_EOMT = hasattr(transformers, 'EomtDinov3ForUniversalSegmentation')
 
 DIM, DEPTH, HEADS, QUERIES, CLASSES, BLOCKS = 64, 4, 4, 5, 6, 3
+
+
+def _refused() -> None:
+    """A stack whose transformers has no EoMT: the peer is refused, naming the version."""
+    tiny = EoMT(dict(embed_dims=32, depth=2, num_heads=2, patch_size=16), CLASSES, QUERIES,
+                num_blocks=1, img_size=32)
+    with pytest.raises(ValueError, match=f'transformers {transformers.__version__} has no EoMT'):
+        transformers_eomt(tiny)
 
 
 def _pair(form: str):
@@ -42,6 +49,8 @@ def test_same_logits_as_transformers(form):
     """Eval with every block's probability 0 (a trained model) and 1; training with annealing
     probabilities between, same seed (the DINOv3 form with the RoPE rescale augmentation, one
     draw per forward): the last prediction's mask and class logits <= 1e-5."""
+    if not HAS_EOMT:
+        return _refused()
     ours, peer = _pair(form)
     assert isinstance(peer, TransformersEoMT)
     assert type(peer.model).__name__ == ('EomtForUniversalSegmentation' if form == 'dinov2'
@@ -66,6 +75,8 @@ def test_same_logits_as_transformers(form):
 
 
 def test_the_peer_refuses_per_block_outputs():
+    if not HAS_EOMT:
+        return _refused()
     ours, peer = _pair('dinov2')
     with pytest.raises(ValueError, match='last prediction only'):
         peer(torch.randn(1, 3, 64, 64), all_blocks=True)

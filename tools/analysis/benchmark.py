@@ -34,7 +34,7 @@ from mmvit_ext.benchmark import (build_peers, check_peers, count_flops, matmul_p
                                  peer_families)
 from mmvit_ext.benchmark.live_memory import live_peak_bytes
 from mmvit_ext.benchmark.measure import DTYPES, measure_interleaved, profile_run
-from mmvit_ext.benchmark.train_step import (DetectorTrainStep, SegmentorStep,
+from mmvit_ext.benchmark.train_step import (SegmentorStep,
                                             apply_trained_state, whole_model_step)
 from mmvit_ext.backbones import preset_config
 from mmvit_ext.registry import MODELS
